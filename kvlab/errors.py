@@ -1,0 +1,21 @@
+"""Exceptions: every bad input raises one of these, with a message that names the problem."""
+
+
+class KvlabError(ValueError):
+    """Base class: bad input to kvlab (the CLI prints the message and exits 2)."""
+
+
+class UnknownModelError(KvlabError):
+    """A catalog name that is not in data/models/ and is not a path to a config.json."""
+
+
+class ConfigError(KvlabError):
+    """A config.json that is malformed, incomplete, or of an architecture kvlab cannot lay out."""
+
+
+class UnknownFormatError(KvlabError):
+    """A number-format name that the formats table does not know."""
+
+
+class ParameterError(KvlabError):
+    """A bad parameter value (negative token count, unknown layout, ...)."""

@@ -1,0 +1,368 @@
+"""Cache layouts: what each layer of a model stores per token, in which format.
+
+A `Layout` lists, per layer, the cached `Component`s: K and V heads, an MLA latent with its
+RoPE key, indexer keys, compressed entries at ratio m, sliding-window buffers, compressor
+tails. Layers that reuse another layer's cache store nothing. From it come bytes per token
+(what grows with context), bounded bytes (windows, tails, per-tensor scales) and exact
+session bytes for T tokens. Sizes come from `kvlab.formats` only.
+
+Schemes say which format each component takes:
+  storage  the format the model's own implementation stores (checkpoint dtype for dense models,
+           DeepSeek's FP8/FP4 entries for V3.2 / V4 / V4.1)
+  vllm     what vLLM allocates (same entries, V4 indexer in FP8; paging in `kvlab.engines`)
+  bf16     everything in BF16 (how third-party posts count it)
+`kv_format` overrides the format of every cached component with one uniform format.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from .errors import ParameterError
+from .formats import Format, dtype_format, get_format
+from .models import ModelSpec, load_model
+
+SCHEMES = ("storage", "vllm", "bf16")
+
+
+@dataclass(frozen=True)
+class Part:
+    """A run of elements inside one entry, all in one format."""
+
+    name: str  # "k", "latent", "nope", "rope", ...
+    elements: int  # values in this part
+    fmt: Format  # their number format
+
+    @property
+    def nbytes(self) -> int:
+        return self.fmt.entry_bytes(self.elements)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One stored vector (a KV head for one token, a latent, a compressed entry)."""
+
+    parts: tuple[Part, ...]  # concatenated parts
+    align: int = 1  # the entry's bytes are rounded up to a multiple of this
+
+    @property
+    def nbytes(self) -> int:
+        raw = sum(p.nbytes for p in self.parts)
+        return -(-raw // self.align) * self.align
+
+    @property
+    def elements(self) -> int:
+        return sum(p.elements for p in self.parts)
+
+    @property
+    def tensor_bytes(self) -> int:
+        """Per-tensor scales of its parts (one set per component per layer)."""
+        return sum(p.fmt.tensor_bytes for p in self.parts)
+
+    @property
+    def format_name(self) -> str:
+        names = dict.fromkeys(p.fmt.name for p in self.parts)
+        return "+".join(names)
+
+    def describe(self) -> str:
+        """Arithmetic of the entry's bytes, e.g. '512 x 4 bits / 8 + 32 x 1 B e4m3 scale = ... = 288 B'."""
+        if len(self.parts) == 1 and self.align == 1:
+            return self.parts[0].fmt.describe(self.elements)
+        inner = " + ".join(f"{p.name} {p.fmt.describe(p.elements)}" for p in self.parts)
+        raw = sum(p.nbytes for p in self.parts)
+        pad = f", padded to a multiple of {self.align} B = {self.nbytes:,} B" if self.nbytes != raw else ""
+        return f"{inner}; total {raw:,} B{pad}"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One kind of state a layer caches."""
+
+    role: str  # "k", "v", "latent", "index", "main", "swa", "tail"
+    entry: Entry  # what one stored entry is
+    copies: int = 1  # entries per stored position (KV heads)
+    ratio: int = 1  # tokens per entry (1 = every token; m = compressed)
+    window: int | None = None  # keeps only the last `window` tokens (bounded); None grows
+    fixed_entries: int | None = None  # a fixed-size buffer of this many entries (compressor tail)
+
+    @property
+    def grows(self) -> bool:
+        return self.window is None and self.fixed_entries is None
+
+    @property
+    def entry_bytes(self) -> int:
+        return self.copies * self.entry.nbytes
+
+    @property
+    def bytes_per_token(self) -> Fraction:
+        return Fraction(self.entry_bytes, self.ratio) if self.grows else Fraction(0)
+
+    def entries(self, tokens: int) -> int:
+        """Entries held after `tokens` tokens (a partly filled compressed entry counts: ceil)."""
+        if self.fixed_entries is not None:
+            return min(self.fixed_entries, tokens % self.ratio if self.ratio > 1 else tokens)
+        if self.window is not None:
+            tokens = min(tokens, self.window)
+        return -(-tokens // self.ratio)
+
+    @property
+    def max_entries(self) -> int | None:
+        """Most entries a bounded component ever holds; None for growing ones."""
+        if self.fixed_entries is not None:
+            return self.fixed_entries
+        if self.window is not None:
+            return -(-self.window // self.ratio)
+        return None
+
+    def bytes_at(self, tokens: int) -> int:
+        return self.entry_bytes * self.entries(tokens)
+
+
+@dataclass(frozen=True)
+class LayerCache:
+    """What one layer caches."""
+
+    index: int  # layer number
+    mode: str  # "full", "swa", "csa", "hca", "reuse", "reindex", ...
+    components: tuple[Component, ...] = ()  # what it stores (empty when it reuses another's)
+    source: int | None = None  # layer whose entries it reads, when it stores none itself
+
+
+@dataclass(frozen=True)
+class SessionBytes:
+    """Exact bytes of one session of `tokens` tokens."""
+
+    tokens: int  # context length
+    growing: int  # state that grows with context (per-token entries, compressed entries)
+    bounded: int  # windows, compressor tails and per-tensor scales at this length
+
+    @property
+    def total(self) -> int:
+        return self.growing + self.bounded
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The per-layer cache of one model under one scheme and format."""
+
+    model: ModelSpec  # the model it was derived from
+    scheme: str  # "storage", "vllm" or "bf16"
+    kv_format: str | None  # uniform override format, if any
+    layers: tuple[LayerCache, ...]  # one per decoder layer
+    notes: tuple[str, ...] = field(default=())  # assumptions behind the layout
+
+    def components(self, grows: bool | None = None):
+        """(layer, component) pairs; grows=True / False keeps growing / bounded ones."""
+        for layer in self.layers:
+            for c in layer.components:
+                if grows is None or c.grows == grows:
+                    yield layer, c
+
+    @property
+    def bytes_per_token(self) -> Fraction:
+        """Bytes that each token of context adds (exact; a Fraction when ratios divide unevenly)."""
+        return sum((c.bytes_per_token for _, c in self.components(True)), Fraction(0))
+
+    @property
+    def tensor_bytes(self) -> int:
+        """Per-tensor scales: one set per cached component per layer."""
+        return sum(c.entry.tensor_bytes for _, c in self.components())
+
+    @property
+    def bounded_bytes(self) -> int:
+        """Bounded state once every window and tail is full, per-tensor scales included."""
+        return sum(c.entry_bytes * c.max_entries for _, c in self.components(False)) + self.tensor_bytes
+
+    def session(self, tokens: int) -> SessionBytes:
+        """Exact bytes after `tokens` tokens: growing entries (ceil per compressed entry) + bounded state."""
+        tokens = check_tokens(tokens)
+        grow = sum(c.bytes_at(tokens) for _, c in self.components(True))
+        bound = sum(c.bytes_at(tokens) for _, c in self.components(False))
+        return SessionBytes(tokens, grow, bound + (self.tensor_bytes if tokens else 0))
+
+    @property
+    def entries_per_token(self) -> Fraction:
+        """Positions (main entries) stored per token, summed over layers."""
+        main = {"k", "latent", "main"}
+        return sum((Fraction(1, c.ratio) for _, c in self.components(True) if c.role in main), Fraction(0))
+
+    def explain(self) -> list[str]:
+        """A step-by-step derivation of bytes per token, with the numbers in it."""
+        from .explain import explain_layout
+        return explain_layout(self)
+
+    def rows(self) -> list[dict]:
+        """One row per (layer, component): for tables."""
+        out = []
+        for layer in self.layers:
+            if not layer.components:
+                out.append(dict(layer=layer.index, mode=layer.mode, role="-", format="-", entry_bytes=0, copies=0,
+                                ratio=0, window=None, bytes_per_token=0.0, source=layer.source))
+            for c in layer.components:
+                out.append(dict(layer=layer.index, mode=layer.mode, role=c.role, format=c.entry.format_name,
+                                entry_bytes=c.entry.nbytes, copies=c.copies, ratio=c.ratio,
+                                window=c.window or c.fixed_entries, bytes_per_token=float(c.bytes_per_token),
+                                source=layer.source))
+        return out
+
+
+def check_tokens(tokens) -> int:
+    """A token count: a non-negative integer (numpy integers and integral floats accepted)."""
+    if isinstance(tokens, bool):
+        raise ParameterError(f"tokens must be a non-negative integer, got {tokens!r}")
+    if isinstance(tokens, float) and tokens.is_integer():
+        tokens = int(tokens)
+    try:
+        import operator
+        tokens = operator.index(tokens)
+    except TypeError:
+        raise ParameterError(f"tokens must be a non-negative integer, got {tokens!r}") from None
+    if tokens < 0:
+        raise ParameterError(f"tokens must be a non-negative integer, got {tokens}")
+    return tokens
+
+
+# --- the formats each scheme gives each role --------------------------------------------------
+# Entry recipes: a role maps to a list of (part, format) where part is "all", "nope" or "rope"
+# ("latent" for MLA). None as a format means the checkpoint dtype. Sources: models.md.
+V4_ENTRY = (("nope", "fp8_e4m3_b64_ue8m0"), ("rope", "bf16"))  # 448 + 7 + 128 = 583 -> 584 B (align 8)
+FP8_DS_MLA = (("latent", "fp8_e4m3_b128"), ("rope", "bf16"))  # 512 + 16 + 128 = 656 B (FlashMLA / vLLM)
+RECIPES: dict[tuple[str, str], dict[str, tuple]] = {
+    ("dense", "storage"): {"kv": (("all", None),)},
+    ("dense", "vllm"): {"kv": (("all", None),)},
+    ("mla", "storage"): {"latent": (("latent", None), ("rope", None))},
+    ("mla", "vllm"): {"latent": (("latent", None), ("rope", None))},
+    ("mla_dsa", "storage"): {"latent": FP8_DS_MLA, "index": (("all", "fp8_e4m3_b128"),)},
+    ("mla_dsa", "vllm"): {"latent": FP8_DS_MLA, "index": (("all", "fp8_e4m3_b128"),)},
+    ("dsv4", "storage"): {"main": V4_ENTRY, "index": (("all", "mxfp4"),), "swa": V4_ENTRY},
+    ("dsv4", "vllm"): {"main": V4_ENTRY, "index": (("all", "fp8_e4m3_b128"),), "swa": V4_ENTRY},
+    ("dsv41", "storage"): {"main": (("all", "nvfp4"),), "index": (("all", "mxfp4"),), "swa": V4_ENTRY},
+}
+ALIGN = {("dsv4", "main"): 8, ("dsv4", "swa"): 8, ("dsv41", "swa"): 8}  # V4's 583 B entry is stored as 584 B
+
+
+def _entry(spec: ModelSpec, family: str, scheme: str, role: str, dims: dict[str, int],
+           kv_format: Format | None) -> Entry:
+    """Build the entry of `role` with part sizes `dims` under a scheme or a uniform format."""
+    if kv_format is not None or scheme == "bf16":
+        fmt = kv_format or get_format("bf16")
+        return Entry((Part(role, sum(dims.values()), fmt),))
+    recipe = RECIPES.get((family, scheme))
+    if recipe is None:
+        raise ParameterError(f"{spec.name}: no published {scheme!r} layout for a {family} model "
+                             f"({spec.description}); use one of: "
+                             f"{', '.join(s for s in SCHEMES if (family, s) in RECIPES or s == 'bf16')}")
+    parts = []
+    for part, fname in recipe[role]:
+        n = sum(dims.values()) if part == "all" else dims[part]
+        parts.append(Part(role if part == "all" else part, n,
+                          dtype_format(spec.torch_dtype) if fname is None else get_format(fname)))
+    return Entry(tuple(parts), ALIGN.get((family, role), 1) if kv_format is None else 1)
+
+
+def build_layout(model: str | ModelSpec, scheme: str = "storage", kv_format: str | Format | None = None) -> Layout:
+    """The cache layout of a model (catalog name, config path or spec) under a scheme and format."""
+    spec = load_model(model)
+    if scheme not in SCHEMES:
+        raise ParameterError(f"unknown layout {scheme!r}; choose one of {', '.join(SCHEMES)}")
+    fmt = get_format(kv_format) if kv_format is not None else None
+    builder = {"dense": _dense, "mla": _mla, "mla_dsa": _mla, "dsv4": _dsv4, "dsv41": _dsv41}[spec.family]
+    layers, notes = builder(spec, scheme, fmt)
+    return Layout(spec, scheme, fmt.name if fmt else None, tuple(layers), tuple(notes))
+
+
+def _dense(spec, scheme, fmt):
+    e = _entry(spec, "dense", scheme, "kv", {"all": spec.head_dim}, fmt)
+    layers = []
+    for i, w in enumerate(spec.layer_windows or (None,) * spec.num_layers):
+        comps = tuple(Component(r, e, copies=spec.num_kv_heads, window=w) for r in ("k", "v"))
+        layers.append(LayerCache(i, "sliding" if w else "full", comps))
+    notes = []
+    if any(spec.layer_windows):
+        notes.append("sliding-window layers keep only their last `sliding_window` tokens: bounded, not per-token")
+    return layers, notes
+
+
+def _mla(spec, scheme, fmt):
+    family = spec.family
+    lat = _entry(spec, family, scheme, "latent", {"latent": spec.kv_lora_rank, "rope": spec.qk_rope_head_dim}, fmt)
+    comps = [Component("latent", lat)]
+    if spec.index_head_dim:
+        comps.append(Component("index", _entry(spec, family, scheme, "index", {"all": spec.index_head_dim}, fmt)))
+    notes = ["MLA caches one latent (kv_lora_rank) plus the decoupled RoPE key per token per layer, shared by all heads"]
+    return [LayerCache(i, "mla", tuple(comps)) for i in range(spec.num_layers)], notes
+
+
+def _v4_parts(spec):
+    return {"nope": spec.head_dim - spec.qk_rope_head_dim, "rope": spec.qk_rope_head_dim}
+
+
+def _tail(spec, entry_dims: int, ratio: int, overlap: bool) -> Component:
+    """Compressor tail: the kv and gate projections of the < m pending tokens, in BF16.
+
+    Assumption (documented, bounded): an overlapping (CSA) compressor keeps projections of width
+    2d, a non-overlapping (HCA) one width d, as in DeepSeek's reference compressor."""
+    width = 2 * entry_dims * (2 if overlap else 1)  # kv + gate
+    return Component("tail", Entry((Part("tail", width, get_format("bf16")),)), ratio=ratio, fixed_entries=ratio - 1)
+
+
+def _dsv4(spec, scheme, fmt):
+    family = spec.family
+    dims = _v4_parts(spec)
+    main = _entry(spec, family, scheme, "main", dims, fmt)
+    index = _entry(spec, family, scheme, "index", {"all": spec.index_head_dim}, fmt)
+    swa = _entry(spec, family, scheme, "swa", dims, fmt)
+    layers = []
+    for i, m in enumerate(spec.compress_ratios):
+        comps = [Component("swa", swa, window=spec.sliding_window)]
+        if m:
+            csa = m < 128  # CSA layers carry indexer keys; HCA (m = 128) do not
+            comps.append(Component("main", main, ratio=m))
+            if csa:
+                comps.append(Component("index", index, ratio=m))
+            if m > 1:
+                comps.append(_tail(spec, spec.head_dim, m, csa))
+                if csa:
+                    comps.append(_tail(spec, spec.index_head_dim, m, True))
+        layers.append(LayerCache(i, "swa" if not m else ("csa" if m < 128 else "hca"), tuple(comps)))
+    notes = ["every layer keeps a sliding window of `sliding_window` tokens (bounded)",
+             "CSA layers (ratio 4) store a compressed entry and an indexer key per 4 tokens; HCA (ratio 128) "
+             "an entry per 128 tokens and no indexer key",
+             "compressor tails (pending tokens' kv and gate projections, BF16) are bounded state"]
+    return layers, notes
+
+
+def _dsv41(spec, scheme, fmt):
+    family = spec.family
+    dims = _v4_parts(spec)
+    main = _entry(spec, family, scheme, "main", dims, fmt)
+    index = _entry(spec, family, scheme, "index", {"all": spec.index_head_dim}, fmt)
+    swa = _entry(spec, family, scheme, "swa", dims, fmt)
+    sources = sorted(spec.kv_source_layers)
+    layers = []
+    for i, m in enumerate(spec.compress_ratios):
+        comps = [Component("swa", swa, window=spec.sliding_window)]
+        if not m:
+            layers.append(LayerCache(i, "swa", tuple(comps)))
+            continue
+        if i in sources:
+            comps += [Component("main", main, ratio=m), Component("index", index, ratio=m)]
+            if m > 1:
+                comps += [_tail(spec, spec.head_dim, m, True), _tail(spec, spec.index_head_dim, m, True)]
+            layers.append(LayerCache(i, "full", tuple(comps)))
+        else:
+            src = max((s for s in sources if s <= i), default=None)
+            mode = "reindex" if i in spec.index_source_layers else "reuse"
+            layers.append(LayerCache(i, mode, tuple(comps), source=src))
+    notes = ["only kv_source_layer_ids (Full layers) store entries; Reindex and Reuse layers read their source's "
+             "entries and store none",
+             "index_source_layer_ids that are not KV sources (Reindex layers) are assumed to score over their "
+             "source's indexer keys and store none (the published 890 B/token requires it)",
+             "every layer keeps a 128-token FP8 sliding window (bounded; V4's 584 B entry assumed)"]
+    return layers, notes
+
+
+def bytes_per_token(model, scheme: str = "storage", kv_format=None) -> Fraction:
+    """Shortcut: bytes per token of a model's layout."""
+    return build_layout(model, scheme, kv_format).bytes_per_token
