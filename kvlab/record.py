@@ -36,7 +36,7 @@ def _plain(value, digits: int):
     raise TypeError(f"record: cannot store a {type(value).__name__}")
 
 
-def record(name: str, value, unit: str = "", digits: int = 6):
+def record(name: str, value, unit: str = "", digits: int = 10):
     """Record a named result (shown in the notebook, collected by `kvlab run`). Returns the stored value."""
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"record: result names are identifiers, got {name!r}")

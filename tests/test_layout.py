@@ -1,0 +1,104 @@
+from fractions import Fraction
+
+import pytest
+
+from kvlab.engines import allocate, paged
+from kvlab.errors import ParameterError
+from kvlab.layout import build_layout
+
+# Exact values from ../shared/reference/models.md, each derived there with its source.
+EXPECTED = [
+    ("qwen3-8b", "storage", None, 147_456),
+    ("qwen3-8b", "storage", "fp8_e4m3", 73_728),
+    ("qwen3-8b", "storage", "nvfp4", 41_472),
+    ("deepseek-llm-7b", "storage", None, 491_520),
+    ("deepseek-llm-67b", "storage", None, 389_120),
+    ("deepseek-v2", "storage", None, 69_120),
+    ("deepseek-v3", "storage", None, 70_272),
+    ("deepseek-v3", "storage", "fp8_e4m3", 35_136),
+    ("deepseek-v3.2", "bf16", None, 85_888),
+    ("deepseek-v3.2", "vllm", None, 48_068),
+    ("deepseek-v4-flash", "bf16", None, 6_880),
+    ("deepseek-v4-flash", "storage", None, Fraction(351425, 100)),
+    ("deepseek-v4-flash", "vllm", None, Fraction(385025, 100)),
+    ("deepseek-v4-pro", "bf16", None, 9_848),
+    ("deepseek-v4.1-flash", "storage", None, 890),
+]
+
+
+@pytest.mark.parametrize("model,scheme,fmt,expected", EXPECTED)
+def test_bytes_per_token(model, scheme, fmt, expected):
+    assert build_layout(model, scheme, fmt).bytes_per_token == expected
+
+
+def test_v4_flash_vllm_page_padding():
+    a = allocate("deepseek-v4-flash", "vllm")
+    assert a.layout.bytes_per_token == Fraction(385025, 100)
+    assert a.bytes_per_token == 3915
+
+
+def test_v41_million_token_session():
+    s = build_layout("deepseek-v4.1-flash").session(1_000_000)
+    assert s.growing == 890_000_000
+    assert 0 < s.bounded <= build_layout("deepseek-v4.1-flash").bounded_bytes
+
+
+def test_v41_roles():
+    L = build_layout("deepseek-v4.1-flash")
+    storing = [l.index for l in L.layers if any(c.grows for c in l.components)]
+    assert storing == [2, 8, 14, 20]
+    assert L.entries_per_token == Fraction(5, 2)
+    assert {l.mode for l in L.layers} == {"swa", "full", "reuse", "reindex"}
+    assert all(l.source is not None for l in L.layers if l.mode in ("reuse", "reindex"))
+
+
+@pytest.mark.parametrize("tokens", [0, 1, 2, 3, 127, 128, 129, 1000, 4097])
+def test_session_ceil_for_compressed(tokens):
+    L = build_layout("deepseek-v4-flash")
+    expect = 0
+    for layer in L.layers:
+        for c in layer.components:
+            if c.grows:
+                expect += c.entry_bytes * -(-tokens // c.ratio)
+    assert L.session(tokens).growing == expect
+
+
+def test_dense_session_is_linear():
+    L = build_layout("qwen3-8b")
+    assert L.session(4096).total == 4096 * 147_456
+    assert L.bounded_bytes == 0
+
+
+def test_sliding_window_is_bounded():
+    L = build_layout("gpt-oss-120b")
+    # 18 full layers grow; 18 sliding layers hold at most 128 tokens
+    assert L.bytes_per_token == 18 * 2 * 8 * 64 * 2
+    assert L.bounded_bytes == 18 * 2 * 8 * 64 * 2 * 128
+    assert L.session(100).bounded == 18 * 2 * 8 * 64 * 2 * 100
+
+
+def test_explanations():
+    assert "2 (K,V) x 36 layers x 8 KV heads x 128 dims x 2 B = 147,456 B per token" in build_layout("qwen3-8b").explain()
+    lines = build_layout("deepseek-v4.1-flash").explain()
+    assert "2.5 x (288 + 68) = 890 B per token" in lines
+    assert any("= 288 B" in l for l in lines) and any("= 68 B" in l for l in lines)
+    assert any("3,915 B per token" in l for l in allocate("deepseek-v4-flash", "vllm").explain())
+
+
+def test_paged_session_rounds_up():
+    a = allocate("qwen3-8b", engine=paged(16))
+    assert a.session(17).growing == 32 * 147_456
+    assert a.session(16).growing == 16 * 147_456
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "10", True, None])
+def test_bad_tokens(bad):
+    with pytest.raises(ParameterError, match="tokens"):
+        build_layout("qwen3-8b").session(bad)
+
+
+def test_bad_scheme_and_unavailable_layout():
+    with pytest.raises(ParameterError, match="unknown layout"):
+        build_layout("qwen3-8b", "sglang")
+    with pytest.raises(ParameterError, match="no published 'vllm' layout"):
+        build_layout("deepseek-v4.1-flash", "vllm")

@@ -1,0 +1,54 @@
+"""Notebook 01 through papermill with new parameters, bad parameters, and nbval's guard on stored key numbers."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import papermill as pm
+import pytest
+
+from kvlab.engines import allocate
+from nbutil import run_notebook
+
+NB = Path(__file__).resolve().parent.parent / "notebooks" / "01_kv_bytes_per_token.ipynb"
+
+
+def test_new_parameters_give_new_correct_results(tmp_path):
+    r = run_notebook("01", tmp_path, model="deepseek-v4-flash", layout="vllm", context_tokens=4096,
+                     compare_formats=["nvfp4"])
+    a = allocate("deepseek-v4-flash", "vllm")
+    assert r["bytes_per_token"] == 3915
+    assert r["session_growing_bytes"] == a.session(4096).growing
+    assert r["catalog_bytes_per_token"]["qwen3-8b"] == 147456
+
+
+def test_bad_parameter_stops_in_the_first_cells(tmp_path):
+    with pytest.raises(pm.PapermillExecutionError, match="parameter layout must be one of"):
+        run_notebook("01", tmp_path, layout="sglang")
+
+
+def _nbval(path):
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
+                           "--nbval-current-env", str(path)], capture_output=True, text=True, cwd=path.parent)
+
+
+def test_nbval_fails_when_a_stored_key_number_changes(tmp_path):
+    good = tmp_path / NB.name
+    shutil.copy(NB, good)
+    (tmp_path / "pyproject.toml").write_text("")  # keep the repo's addopts out of this run
+    assert _nbval(good).returncode == 0
+    text = NB.read_text()
+    assert "147,456" in text
+    bad = tmp_path / "changed.ipynb"
+    nb = json.loads(text)
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            if "text" in out:
+                out["text"] = [t.replace("147,456", "147,457") for t in out["text"]]
+            for k, v in out.get("data", {}).items():
+                if isinstance(v, list):
+                    out["data"][k] = [t.replace("147,456", "147,457") for t in v]
+    bad.write_text(json.dumps(nb))
+    p = _nbval(bad)
+    assert p.returncode != 0, p.stdout[-2000:]

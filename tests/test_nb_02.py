@@ -1,0 +1,26 @@
+"""Notebook 02 through papermill: defaults reproduce 890; other parameters give other, correct results."""
+from kvlab.layout import build_layout
+from nbutil import run_notebook
+
+
+def test_defaults_reproduce_890(tmp_path):
+    r = run_notebook("02", tmp_path)
+    assert r["bytes_per_token"] == 890
+    assert r["entries_per_token"] == 2.5
+    assert r["entry_bytes"] == {"main": 288, "index": 68}
+    assert r["session_growing_bytes"] == 890_000_000
+    assert r["baseline_bytes_per_token"] == {"BF16": 6880, "storage format": 3514.25, "vLLM, unpadded": 3850.25,
+                                             "vLLM, pages padded": 3915}
+    assert abs(r["ratio_to_first_generation"] - 437.2) < 0.05
+
+
+def test_other_parameters(tmp_path):
+    r = run_notebook("02", tmp_path, kv_format="bf16", context_tokens=500_000)
+    L = build_layout("deepseek-v4.1-flash", "storage", "bf16")
+    assert r["bytes_per_token"] == L.bytes_per_token == 3200
+    assert r["session_growing_bytes"] == L.session(500_000).growing == 1_600_000_000
+
+
+def test_other_model(tmp_path):
+    r = run_notebook("02", tmp_path, model="deepseek-v4-pro", context_tokens=4096)
+    assert r["bytes_per_token"] == float(build_layout("deepseek-v4-pro").bytes_per_token)
