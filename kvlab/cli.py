@@ -110,6 +110,19 @@ def cmd_run(args):
     return 0
 
 
+def cmd_claims(args):
+    from dataclasses import asdict
+    from .claims import audit
+    checks = audit()
+    if args.json:
+        print(json.dumps([asdict(c) for c in checks], indent=2))
+        return 0
+    for c in checks:
+        computed = "-" if c.computed is None else f"{c.computed:,.4g}" if isinstance(c.computed, float) else f"{c.computed:,}"
+        print(f"{c.status:<23} {computed:>14}  {c.claim}")
+    return 0
+
+
 def build_parser() -> Parser:
     p = Parser(prog="kvlab", description="KV-cache memory: exact bytes, quantizers, measurement, capacity.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -124,6 +137,9 @@ def build_parser() -> Parser:
     b.add_argument("--explain", action="store_true", help="show the derivation step by step")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bytes)
+    c = sub.add_parser("claims", help="audit the source articles' numeric claims")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=cmd_claims)
     r = sub.add_parser("run", help="execute notebooks through papermill into runs/<timestamp>/")
     r.add_argument("notebooks", nargs="*", help="notebook names or prefixes (default: all)")
     r.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),

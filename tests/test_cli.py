@@ -64,3 +64,25 @@ def test_bad_config_file(tmp_path):
     p.write_text(json.dumps({"num_hidden_layers": 2, "model_type": "mystery"}))
     rc, _, err = run("bytes", str(p))
     assert rc == 2 and "unknown architecture" in err and len(err.strip().splitlines()) == 1
+
+
+def test_claims_command(capsys):
+    assert main(["claims", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["id"]: r for r in rows}["v41_1m_session"]["computed"] == 890_000_000
+
+
+def test_run_command(tmp_path):
+    rc, out, err = run("run", "01", "-p", "context_tokens", "4096", "-p", "compare_formats", "['nvfp4']",
+                       "--out", str(tmp_path))
+    assert rc == 0, err
+    d = json.loads((tmp_path / "latest" / "results.json").read_text())
+    assert d["notebooks"]["01_kv_bytes_per_token"]["results"]["session_bytes"] == 4096 * 147456
+    assert "bytes_per_token" in out and "147,456" in out
+
+
+def test_run_command_bad_parameter(tmp_path):
+    rc, _, err = run("run", "01", "-p", "no_such_parameter", "1", "--out", str(tmp_path))
+    assert rc == 2 and "not declared" in err and len(err.strip().splitlines()) == 1
+    rc, _, err = run("run", "99", "--out", str(tmp_path))
+    assert rc == 2 and "no single notebook" in err
