@@ -6,7 +6,6 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvlab-installed
-export MPLBACKEND := Agg
 export PYTHONHASHSEED := 0
 
 .PHONY: setup run test lab bench notebooks clean
