@@ -3,8 +3,10 @@
 Encoding (OCP MX spec; values 0, .5, 1, 1.5, 2, 3, 4, 6): code = sign bit (bit 3) + 3 magnitude
 bits. Rounding is to nearest with ties to the even code, and it saturates: anything above 5
 (including +-Inf) becomes +-6. The sign is taken from the float's sign bit, so -0.0 and small
-negatives that round to zero give code 0x8. NaN gives 0x3 with its sign bit (torchao's
-`f32_to_f4_unpacked` does the same; ml_dtypes gives 0x8 for +NaN instead; formats.md).
+negatives that round to zero give code 0x8. NaN follows torchao's `f32_to_f4_unpacked`, whose
+normal-range bit arithmetic runs on the NaN's bits: magnitude 2, 3 or 4 depending on the
+payload (0x3 for the default quiet NaN 0x7FC00000, 0x4 for the 0x7FF00000 that an E4M3 NaN
+scale becomes), with its sign bit. ml_dtypes gives 0x8 for +NaN instead (formats.md).
 """
 from __future__ import annotations
 
@@ -39,8 +41,19 @@ def encode_e2m1(x: torch.Tensor) -> torch.Tensor:
     sign = (torch.bitwise_right_shift(x.view(torch.int32), 28) & 8).to(torch.uint8)
     a = x.abs()
     mag = torch.bucketize(a, _table("bounds", x.device), out_int32=True).to(torch.uint8)
-    mag = torch.where(torch.isnan(a), 3, mag).to(torch.uint8)
+    nan = torch.isnan(a)
+    if bool(nan.any()):
+        mag[nan] = _nan_codes(x[nan])
     return mag | sign
+
+
+def _nan_codes(x: torch.Tensor) -> torch.Tensor:
+    """torchao's code for NaN inputs: its normal-path rounding applied to the NaN's bits
+    (exponent rebias by 126, round-half-even adder, take the top bits, keep the low byte)."""
+    u = x.view(torch.int32) & 0x7FFFFFFF
+    odd = torch.bitwise_right_shift(u, 22) & 1
+    v = torch.bitwise_right_shift(u - (126 << 23) + ((1 << 21) - 1) + odd, 22)
+    return (v & 0xFF).to(torch.uint8)
 
 
 def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
