@@ -121,6 +121,8 @@ def quantize(x: torch.Tensor, fmt: str | Format, *, recipe: str = "torchao", sca
         if fmt.tensor_scale is not None:
             g = torch.as_tensor(global_scale, dtype=torch.float32, device=x.device) if global_scale is not None \
                 else global_scale_from_amax(finite_amax(xf))
+            if not bool(torch.isfinite(g)) or float(g) <= 0:
+                raise ParameterError(f"quantize: global_scale must be a finite positive number, got {float(g)}")
         sb, codes = quantize_nvfp4_blocks(xb, recipe, g)
     elif fmt.scale.kind == "pow2":
         sb, codes = quantize_mx_blocks(xb, el, opts["scale_rule"])
