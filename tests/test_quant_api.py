@@ -154,3 +154,17 @@ def test_cuda_matches_cpu(name):
     a, b = quantize(x, name), quantize(x.cuda(), name)
     assert torch.equal(a.codes, b.codes.cpu()) and torch.equal(a.scales, b.scales.cpu())
     assert torch.equal(a.dequantize(), b.dequantize().cpu())
+
+
+@pytest.mark.parametrize("name", ["bf16_b32", "int4_g32_ue8m0", "fp8_e4m3_b32_e4m3", "int4_g32_e4m3"])
+def test_unsupported_combinations_are_named(name):
+    with pytest.raises(QuantizeError, match="no quantizer"):
+        quantize(_x((2, 64)), name)
+
+
+def test_fp8_ue8m0_blocks_round_the_scale_up():
+    # fp8_e4m3_b64_ue8m0 (DeepSeek V4 style) defaults to the RCEIL rule: no clipping
+    x = _x((16, 128), 11) * 5
+    q = quantize(x, "fp8_e4m3_b64_ue8m0")
+    assert q.options["scale_rule"] == "rceil" and max_step_error(x, q) <= 0.5
+    assert quantize(x, "fp8_e4m3_b64_ue8m0", scale_rule="floor").options["scale_rule"] == "floor"

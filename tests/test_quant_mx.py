@@ -40,3 +40,11 @@ def test_e8m0_edge_bytes():
     q = quantize(x, "mxfp4")
     assert q.scales[:, 0].tolist() == [0, 255, 0]
     assert torch.isnan(q.dequantize()[1]).all()
+
+
+@pytest.mark.parametrize("rule", ["floor", "rceil"])
+def test_ue8m0_fp8_blocks_of_64_match_torchao(rule):
+    x = DATA["student_t"]
+    s_ref, d_ref = mx.to_mx(x.clone(), torch.float8_e4m3fn, 64, MODE[rule])
+    q = quantize(x, "fp8_e4m3_b64_ue8m0", scale_rule=rule)
+    assert torch.equal(q.scales, s_ref.view(torch.uint8)) and torch.equal(q.codes, d_ref.view(torch.uint8))

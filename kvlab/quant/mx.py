@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import ParameterError
+
 from ..formats import Element
 from .e2m1 import encode_e2m1
 from .fp8 import encode_fp8
@@ -57,5 +59,5 @@ def quantize_mx_blocks(xb: torch.Tensor, element: Element, rule: str = "floor") 
         rcp = torch.where(b == 255, descale, rcp)
         codes = _encode((xb * rcp).clamp(-element.max, element.max), element, has_nan)
     else:
-        raise ValueError(f"unknown MX scale rule {rule!r}; choose one of {', '.join(RULES)}")
+        raise ParameterError(f"unknown MX scale rule {rule!r}; choose one of {', '.join(RULES)}")
     return b.squeeze(-1), codes

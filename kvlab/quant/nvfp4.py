@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import ParameterError
+
 from .e2m1 import encode_e2m1
 
 RECIPES = ("torchao", "modelopt", "te")
@@ -62,5 +64,5 @@ def quantize_nvfp4_blocks(xb: torch.Tensor, recipe: str = "torchao",
         d = xb / (s if g is None else s * g).unsqueeze(-1)
         codes = encode_e2m1(d, has_nan) & 7 | ((d < 0).to(torch.uint8) << 3)
     else:
-        raise ValueError(f"unknown NVFP4 recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
+        raise ParameterError(f"unknown NVFP4 recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
     return s8.view(torch.uint8), codes
