@@ -48,3 +48,11 @@ def test_ue8m0_fp8_blocks_of_64_match_torchao(rule):
     s_ref, d_ref = mx.to_mx(x.clone(), torch.float8_e4m3fn, 64, MODE[rule])
     q = quantize(x, "fp8_e4m3_b64_ue8m0", scale_rule=rule)
     assert torch.equal(q.scales, s_ref.view(torch.uint8)) and torch.equal(q.codes, d_ref.view(torch.uint8))
+
+
+@pytest.mark.parametrize("fmt", list(ELEM))
+def test_bf16_input_matches_torchao(fmt):
+    x = DATA["wide_range"].clamp(-1e30, 1e30).bfloat16()
+    s_ref, d_ref = mx.to_mx(x.clone(), ELEM[fmt], 32, MODE["floor"])
+    q = quantize(x, fmt)
+    assert torch.equal(q.scales, s_ref.view(torch.uint8)) and torch.equal(q.codes, d_ref.view(torch.uint8))

@@ -64,6 +64,6 @@ def attention_error(k: torch.Tensor, v: torch.Tensor, k_hat: torch.Tensor, v_hat
     if q is None:
         gen = torch.Generator().manual_seed(seed)
         q = torch.randn(*k.shape[:-2], queries, k.shape[-1], generator=gen)
-        q = (q * k.float().std()).to(k.device)
+        q = q.to(k.device) * k.float().std()
     ref = attention(q, k, v)
     return rel_error(ref, attention(q, k_hat, v_hat))
