@@ -18,7 +18,7 @@ E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 # whose upper neighbour has an even code are moved one float down: then the number of
 # boundaries strictly below |x| is the RNE code (and saturation at 6 comes for free).
 _MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
-_CACHE: dict[tuple[str, torch.device], torch.Tensor] = {}
+_CACHE: dict[torch.device, torch.Tensor] = {}  # decode tables per device
 
 
 def _bounds() -> list[float]:
