@@ -16,7 +16,8 @@ _SESSION: dict[str, object] = {}  # results recorded in this process
 
 
 def _plain(value, digits: int):
-    """JSON-ready value; floats to `digits` significant digits so reruns compare equal."""
+    """JSON-ready value. Floats with a short exact decimal form (3514.25, 5031.4375) are kept; other floats are
+    rounded to `digits` significant digits, so reruns on another CPU (float32 noise) compare equal."""
     if isinstance(value, Fraction):
         value = int(value) if value.denominator == 1 else float(value)
     if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:  # numpy / torch scalars
@@ -26,7 +27,8 @@ def _plain(value, digits: int):
     if isinstance(value, float):
         if not math.isfinite(value):
             return str(value)
-        return float(f"{value:.{digits}g}")
+        mantissa = repr(value).split("e")[0].replace("-", "").replace(".", "").lstrip("0")
+        return value if len(mantissa) <= 10 else float(f"{value:.{digits}g}")
     if isinstance(value, dict):
         return {str(k): _plain(v, digits) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -36,7 +38,7 @@ def _plain(value, digits: int):
     raise TypeError(f"record: cannot store a {type(value).__name__}")
 
 
-def record(name: str, value, unit: str = "", digits: int = 10):
+def record(name: str, value, unit: str = "", digits: int = 6):
     """Record a named result (shown in the notebook, collected by `kvlab run`). Returns the stored value."""
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"record: result names are identifiers, got {name!r}")
