@@ -111,7 +111,7 @@ class SessionCost:
     prefix_hit_bytes: int  # their bytes: shared, so not charged to this session
     replay_tokens: int  # tokens a miss replays (V4.1: the sliding window)
     replay_probability: float  # chance the host-resident window state is gone (TTL expiry) at a turn
-    replay_bytes: float  # expected replayed state: probability x state of replay_tokens tokens
+    replay_bytes: float  # expected replayed state: probability x entries of the replay_tokens tokens
     bounded_bytes: int  # windows, compressor tails, per-tensor scales at this length
 
     @property
@@ -137,7 +137,7 @@ def session_cost(model, tokens: int, prefix_hit_rate: float = 0.0, replay_probab
         hit -= hit % a.engine.block_tokens
     hit_bytes = a.session(hit).growing
     w = min(replay_window(a), tokens)
-    replay = p * a.session(w).total if w else 0.0
+    replay = p * a.session(w).growing if w else 0.0  # the window itself is bounded state, counted once
     return SessionCost(tokens, a.bytes_per_token, s.growing, hit, hit_bytes, w, p if w else 0.0, replay, s.bounded)
 
 
