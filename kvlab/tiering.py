@@ -390,3 +390,25 @@ def reuse_ratio(trace: Trace) -> dict:
     prefix left by any earlier request."""
     r = simulate_lru_fast(trace, Tiers(trace.block_tokens, 1, (max(trace.n_blocks, 1), 0, 0), (1.0, 1.0, 1.0)))
     return dict(block_reuse=r.block_hit_rate, token_reuse=r.token_hit_rate)
+
+
+def ttl_sweep(trace: Trace, model, ttls_s, hbm_gb: float, dram_gb: float, gpu="H100", **kw) -> list[dict]:
+    """Hit rates and recomputed tokens against the host-DRAM TTL (LRU, no SSD; math.inf = no TTL)."""
+    out = []
+    prev = previous_access(trace.block_ids)
+    d = stack_distances(trace.block_ids, prev)
+    for ttl in ttls_s:
+        t = make_tiers(model, hbm_gb, dram_gb, 0.0, gpu=gpu, block_tokens=trace.block_tokens, ttl_s=ttl, **kw)
+        r = simulate_lru_fast(trace, t, distances=d, prev=prev)
+        out.append(dict(ttl_s=ttl, token_hit_rate=r.token_hit_rate, dram_token_hit_rate=r.summary()["dram_token_hit_rate"],
+                        recomputed_tokens=r.recomputed_tokens,
+                        recomputed_share=r.recomputed_tokens / r.input_tokens, ttft_mean_s=float(r.ttft_s.mean())))
+    return out
+
+
+def v41_ttl_recompute(ttl_s: float = 60.0, seed: int = 0) -> float:
+    """Extra share of prompt tokens recomputed when V4.1-Flash's host-resident state has a `ttl_s` TTL rather
+    than none, on the seeded synthetic agent workload with a small HBM tier (0.05 GB) and 10 GB of host DRAM."""
+    from .traces import synthetic_agent_trace
+    rows = ttl_sweep(synthetic_agent_trace(seed=seed), "deepseek-v4.1-flash", [ttl_s, math.inf], 0.05, 10.0)
+    return rows[0]["recomputed_share"] - rows[1]["recomputed_share"]
