@@ -311,3 +311,19 @@ def synthetic_agent_trace(seed: int = 0, workload: AgentWorkload | None = None, 
     return Trace("synthetic", ts - ts[0], np.array([r[2] for r in reqs], np.int64),
                  np.array([r[3] for r in reqs], np.int64), offs.astype(np.int64), _dense(ids), B,
                  np.array([r[1] for r in reqs], np.int64), source=f"kvlab synthetic agent workload, seed {seed}")
+
+
+def session_pauses(trace: Trace) -> np.ndarray:
+    """[P] seconds between consecutive requests of the same session (needs session ids)."""
+    if trace.session_ids is None:
+        raise ParameterError(f"trace {trace.name!r} has no session ids")
+    order = np.lexsort((trace.timestamps, trace.session_ids))
+    s, t = trace.session_ids[order], trace.timestamps[order]
+    same = s[1:] == s[:-1]
+    return (t[1:] - t[:-1])[same]
+
+
+def pause_exceeds(trace: Trace, ttls_s) -> np.ndarray:
+    """Share of a session's follow-up turns whose preceding pause is longer than each TTL."""
+    p = np.sort(session_pauses(trace))
+    return 1.0 - np.searchsorted(p, np.asarray(ttls_s, float), side="right") / max(len(p), 1)
