@@ -385,11 +385,23 @@ def prefix_hit_curve(trace: Trace, capacities_blocks, distances: np.ndarray | No
                 token_hit_rate=ctok[n] / max(int(trace.input_tokens.sum()), 1))
 
 
-def reuse_ratio(trace: Trace) -> dict:
-    """Unlimited-capacity prefix reuse: the share of blocks (and tokens) that a request finds as a cached
-    prefix left by any earlier request."""
+# Mooncake (FAST'25) Table 2 cache ratios of its three workloads (shared/reference/serving.md)
+MOONCAKE_TABLE2_CACHE_RATIO = {"conversation": 0.40, "synthetic": 0.66, "tool&agent": 0.59}
+
+
+def reuse_ratio(trace: Trace, warmup: float = 0.0) -> dict:
+    """Unlimited-capacity prefix reuse: the share of blocks (and prompt tokens) that a request finds as a cached
+    prefix left by any earlier request. `warmup` (a fraction of the requests) lets the first requests fill the
+    cache without being counted, which removes the cold start of a trace cut out of longer traffic."""
     r = simulate_lru_fast(trace, Tiers(trace.block_tokens, 1, (max(trace.n_blocks, 1), 0, 0), (1.0, 1.0, 1.0)))
-    return dict(block_reuse=r.block_hit_rate, token_reuse=r.token_hit_rate)
+    first = int(len(trace) * warmup)
+    a0 = int(trace.block_offsets[first])
+    hit_tokens = r.request_hit_tokens[first:].sum()
+    # blocks hit per request = hit tokens rounded up to blocks (a hit partial last block counts as one)
+    per_req_blocks = -(-r.request_hit_tokens // trace.block_tokens)
+    return dict(block_reuse=float(per_req_blocks[first:].sum() / max(trace.n_accesses - a0, 1)),
+                token_reuse=float(hit_tokens / max(int(trace.input_tokens[first:].sum()), 1)),
+                requests=len(trace) - first)
 
 
 def ttl_sweep(trace: Trace, model, ttls_s, hbm_gb: float, dram_gb: float, gpu="H100", **kw) -> list[dict]:

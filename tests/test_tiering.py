@@ -145,6 +145,7 @@ def test_mooncake_reuse_ratios():
     conv = reuse_ratio(load_trace("conversation"))
     syn = reuse_ratio(load_trace("mooncake_synthetic"))
     assert abs(conv["block_reuse"] - 105_710 / 288_500) < 1e-12  # accesses - distinct blocks, over accesses
+    assert 0.39 < reuse_ratio(load_trace("conversation"), warmup=0.5)["token_reuse"] < 0.41
     assert 0.33 < conv["token_reuse"] < 0.42 and 0.60 < syn["token_reuse"] < 0.70  # paper: 40% / 66%
 
 
