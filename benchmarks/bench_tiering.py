@@ -3,7 +3,7 @@
 Figures (block accesses per second, best of a few repeats, all in this one process):
   baseline      an OrderedDict LRU for one capacity, hits only (written here)
   fast          kvlab.tiering.simulate_lru_fast: three tiers, prefix rule, bytes moved, TTFT per request
-  fast (reuse)  the same with the trace's stack distances already computed (each further configuration)
+  fast (reuse)  the same with the trace's LruIndex (stack distances) built once: each further configuration
   sequential    kvlab.tiering.simulate_sequential (the block-by-block reference; LRU)
   curve         kvlab.stackdist: the LRU hit count at every capacity, one pass
 Falls back to the synthetic agent workload when ../shared/traces is absent (and says so).
@@ -41,8 +41,8 @@ def _best(fn, repeats: int = 3) -> tuple[float, object]:
 
 
 def main() -> None:
-    from kvlab.stackdist import hit_curve, previous_access, stack_distances
-    from kvlab.tiering import make_tiers, simulate_lru_fast, simulate_sequential
+    from kvlab.stackdist import hit_curve, stack_distances
+    from kvlab.tiering import LruIndex, make_tiers, simulate_lru_fast, simulate_sequential
     from kvlab.traces import have_trace, load_trace
 
     name = "conversation" if have_trace("conversation") else "synthetic"
@@ -55,16 +55,15 @@ def main() -> None:
           f"(qwen3-8b, 20 / 100 / 500 GB)")
     t_base, hits = _best(lambda: baseline_lru(ids, cap))
     t_fast, r = _best(lambda: simulate_lru_fast(tr, tiers))
-    prev = previous_access(tr.block_ids)
-    d = stack_distances(tr.block_ids, prev)
-    t_reuse, _ = _best(lambda: simulate_lru_fast(tr, tiers, distances=d, prev=prev))
+    index = LruIndex.build(tr)
+    t_reuse, _ = _best(lambda: simulate_lru_fast(tr, tiers, index))
     t_curve, (caps, curve) = _best(lambda: hit_curve(stack_distances(tr.block_ids)))
     t_seq, rs = _best(lambda: simulate_sequential(tr, tiers), repeats=1)
     same = int(curve[min(cap, len(curve)) - 1]) == hits
     assert r.summary() == rs.summary(), "fast and sequential simulators disagree"
     rows = [("baseline OrderedDict LRU (1 capacity, hits only)", t_base),
             ("kvlab fast LRU, full tier accounting", t_fast),
-            ("kvlab fast LRU, stack distances reused", t_reuse),
+            ("kvlab fast LRU, trace index reused", t_reuse),
             ("kvlab sequential reference (LRU)", t_seq),
             (f"kvlab LRU hit curve, all {len(caps):,} capacities", t_curve)]
     for label, t in rows:

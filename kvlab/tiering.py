@@ -150,10 +150,10 @@ def _access_tokens(trace: Trace, req: np.ndarray) -> np.ndarray:
     return tok
 
 
-def _finish(policy, tiers, trace, tier, hit, req, moved, evicted, stale) -> SimResult:
+def _finish(policy, tiers, trace, tier, hit, req, moved, evicted, stale, tok=None) -> SimResult:
     """Per-tier and per-request totals from each access's tier (3 = not found) and prefix-hit flag."""
     R = len(trace)
-    tok = _access_tokens(trace, req)
+    tok = _access_tokens(trace, req) if tok is None else tok
     th, rh = tier[hit], req[hit]
     hit_blocks = np.bincount(th, minlength=3)[:3]
     hit_tokens = np.bincount(th, weights=tok[hit], minlength=3)[:3].astype(np.int64)
@@ -176,47 +176,81 @@ def _prefix_hits(trace: Trace, found: np.ndarray, req: np.ndarray) -> np.ndarray
     return found & (pos < first_miss[req])
 
 
-def simulate_lru_fast(trace: Trace, tiers: Tiers, distances: np.ndarray | None = None,
-                      prev: np.ndarray | None = None) -> SimResult:
-    """LRU over exclusive tiers from stack distances (vectorized; `distances` / `prev` may be reused)."""
+@dataclass
+class LruIndex:
+    """What one pass over a trace tells every LRU configuration: stack distances and their running maximum
+    within each request (the capacity a prefix hit needs), plus per-access request, tokens and history."""
+
+    prev: np.ndarray  # [A] previous access to the same block, -1 if none
+    dist: np.ndarray  # [A] LRU stack distance, -1 for a first access
+    prefix_dist: np.ndarray  # [A] running max of dist within the request (-1: never a prefix hit)
+    req: np.ndarray  # [A] request of each access
+    tok: np.ndarray  # [A] tokens each access stands for
+    seen: np.ndarray  # [A] distinct blocks before each access
+
+    @classmethod
+    def build(cls, trace: Trace) -> "LruIndex":
+        _check_trace(trace)
+        ids = trace.block_ids
+        prev = previous_access(ids)
+        d = stack_distances(ids, prev)
+        req = trace.request_of_access
+        big = int(d.max()) + 2 if len(d) else 1
+        v = np.where(d < 0, big - 1, d)
+        run = np.maximum.accumulate(v + req * big) - req * big  # segmented running max
+        cold = prev < 0
+        return cls(prev, d, np.where(run >= big - 1, -1, run), req, _access_tokens(trace, req),
+                   np.cumsum(cold) - cold)
+
+
+def simulate_lru_fast(trace: Trace, tiers: Tiers, index: LruIndex | None = None) -> SimResult:
+    """LRU over exclusive tiers from stack distances (vectorized; an `index` built once serves every
+    configuration of the same trace)."""
     _check_trace(trace)
-    ids = trace.block_ids
-    prev = previous_access(ids) if prev is None else prev
-    d = stack_distances(ids, prev) if distances is None else distances
+    ix = LruIndex.build(trace) if index is None else index
+    d, prev = ix.dist, ix.prev
     caps = tiers.capacity_blocks
     if math.isfinite(tiers.ttl_s) and caps[2] > 0:
         raise ParameterError("the vectorized LRU path supports a DRAM TTL only without an SSD tier; "
                              "use simulate_sequential")
     active = [i for i in range(3) if caps[i] > 0]
     bounds = np.cumsum([caps[i] for i in active])
+    # the region of the stack each access finds its block in (len(active): beyond the last tier, or cold)
+    slot = np.zeros(len(d), np.int8)
+    for b in bounds[:-1]:
+        slot += d >= b
+    region = np.array(active + [3], np.int8)
+    tier = region[slot]
     cold = prev < 0
-    slot = np.searchsorted(bounds, np.where(cold, bounds[-1], d), side="right")  # region index; len = gone
-    tier = np.where(slot < len(active), np.array(active + [3])[np.minimum(slot, len(active))], 3)
-    req = trace.request_of_access
-    if math.isfinite(tiers.ttl_s) and caps[1] > 0:
-        t = trace.timestamps[req]
-        gap = t - t[np.where(cold, 0, prev)]
+    tier[cold | (d >= bounds[-1])] = 3
+    ttl_on = math.isfinite(tiers.ttl_s) and caps[1] > 0
+    if ttl_on:
+        t = trace.timestamps[ix.req]
+        gap = t - t[np.where(prev < 0, 0, prev)]
         tier = np.where((tier == 1) & (gap > tiers.ttl_s), 3, tier)  # expired host state
-    found = tier < 3
-    hit = _prefix_hits(trace, found, req)
+        hit = _prefix_hits(trace, tier < 3, ix.req)
+    else:
+        e = ix.prefix_dist
+        hit = (e >= 0) & (e < bounds[-1])  # every block up to this one is within the cache
     # demotions: an access from below boundary k shifts the block at position k - 1 across it
-    seen = np.cumsum(cold) - cold  # distinct blocks before each access
     moved = {}
     bb = tiers.block_bytes
     evicted = None
     for k, b in enumerate(bounds):
-        n = int(np.count_nonzero((cold | (d >= b)) & (seen >= b)))
+        n = int(np.count_nonzero((cold | (d >= b)) & (ix.seen >= b)))
         src = TIERS[active[k]]
         if k + 1 < len(active):
-            key = f"{src}->{TIERS[active[k + 1]]}"
-            moved[key] = moved.get(key, 0) + n * bb
-        elif not math.isfinite(tiers.ttl_s) or active[k] == 0:
+            moved[f"{src}->{TIERS[active[k + 1]]}"] = n * bb
+        elif not ttl_on or active[k] == 0:
             evicted = n
+    th = tier[hit]
+    hit_blocks = np.bincount(th, minlength=4)[:3]
     for i in (1, 2):
-        moved[f"{TIERS[i]}->hbm"] = int(np.count_nonzero(hit & (tier == i))) * bb
-    stale = int(np.count_nonzero(found & ~hit))
+        moved[f"{TIERS[i]}->hbm"] = int(hit_blocks[i]) * bb
+    found = tier < 3
+    stale = int(np.count_nonzero(found)) - int(hit_blocks.sum())
     moved = {k: v for k, v in moved.items() if v or k in ("dram->hbm", "ssd->hbm")}
-    return _finish("lru", tiers, trace, tier, hit, req, moved, evicted, stale)
+    return _finish("lru", tiers, trace, tier, hit, ix.req, moved, evicted, stale, ix.tok)
 
 
 # --- the sequential reference -----------------------------------------------------------------------
@@ -358,29 +392,17 @@ def simulate(trace: Trace, tiers: Tiers, policy: str = "lru", progress: bool = F
 
 
 # --- curves and validation ---------------------------------------------------------------------------
-def prefix_distances(trace: Trace, distances: np.ndarray | None = None) -> np.ndarray:
-    """[A] the smallest LRU capacity (blocks) minus one at which each access is a prefix hit: the running
-    maximum of stack distances within its request (cold blocks: never, -1)."""
-    _check_trace(trace)
-    d = stack_distances(trace.block_ids) if distances is None else distances
-    big = int(d.max()) + 2 if len(d) else 1
-    v = np.where(d < 0, big - 1, d).astype(np.int64)
-    req = trace.request_of_access
-    run = np.maximum.accumulate(v + req * big) - req * big  # segmented running max
-    return np.where(run >= big - 1, -1, run)
-
-
-def prefix_hit_curve(trace: Trace, capacities_blocks, distances: np.ndarray | None = None) -> dict:
-    """LRU prefix-hit rates (by tokens and by blocks) at each total capacity, from one pass over the trace."""
-    e = prefix_distances(trace, distances)
-    req = trace.request_of_access
-    tok = _access_tokens(trace, req)
+def prefix_hit_curve(trace: Trace, capacities_blocks, index: LruIndex | None = None) -> dict:
+    """LRU prefix-hit rates (by tokens and by blocks) at each total capacity, from one pass over the trace: a
+    prefix hit at capacity C needs every block of the request up to this one within C (the running maximum)."""
+    ix = LruIndex.build(trace) if index is None else index
+    e = ix.prefix_dist
     caps = np.asarray(capacities_blocks, np.int64)
     ok = e >= 0
-    order = np.sort(e[ok])
-    tok_sorted = tok[ok][np.argsort(e[ok], kind="stable")]
-    ctok = np.concatenate(([0], np.cumsum(tok_sorted)))
-    n = np.searchsorted(order, caps, side="left")  # accesses with e < capacity
+    order = np.argsort(e[ok], kind="stable")
+    es = e[ok][order]
+    ctok = np.concatenate(([0], np.cumsum(ix.tok[ok][order])))
+    n = np.searchsorted(es, caps, side="left")  # accesses with e < capacity
     return dict(capacity_blocks=caps, block_hit_rate=n / max(trace.n_accesses, 1),
                 token_hit_rate=ctok[n] / max(int(trace.input_tokens.sum()), 1))
 
@@ -407,11 +429,10 @@ def reuse_ratio(trace: Trace, warmup: float = 0.0) -> dict:
 def ttl_sweep(trace: Trace, model, ttls_s, hbm_gb: float, dram_gb: float, gpu="H100", **kw) -> list[dict]:
     """Hit rates and recomputed tokens against the host-DRAM TTL (LRU, no SSD; math.inf = no TTL)."""
     out = []
-    prev = previous_access(trace.block_ids)
-    d = stack_distances(trace.block_ids, prev)
+    ix = LruIndex.build(trace)
     for ttl in ttls_s:
         t = make_tiers(model, hbm_gb, dram_gb, 0.0, gpu=gpu, block_tokens=trace.block_tokens, ttl_s=ttl, **kw)
-        r = simulate_lru_fast(trace, t, distances=d, prev=prev)
+        r = simulate_lru_fast(trace, t, ix)
         out.append(dict(ttl_s=ttl, token_hit_rate=r.token_hit_rate, dram_token_hit_rate=r.summary()["dram_token_hit_rate"],
                         recomputed_tokens=r.recomputed_tokens,
                         recomputed_share=r.recomputed_tokens / r.input_tokens, ttft_mean_s=float(r.ttft_s.mean())))
