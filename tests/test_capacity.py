@@ -132,3 +132,13 @@ def test_cli_sessions_bad_input(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("kvlab: error:") and "\n" not in err
+
+
+def test_hardware_catalog_from_another_file(tmp_path):
+    p = tmp_path / "hw.json"
+    p.write_text(json.dumps({"gpus": {"X1": {"hbm_gb": 10, "hbm_tb_s": 1, "host_link_gb_s": 32, "host_dram_gb": 64,
+                                             "ssd_gb_s": 5}}}))
+    assert get_gpu("x1", path=p).hbm_bytes == 10**10
+    p.write_text(json.dumps({"gpus": {"X1": {"hbm_gb": 10}}}))
+    with pytest.raises(ParameterError, match="lacks"):
+        load_catalog(p)

@@ -102,3 +102,13 @@ def test_real_mooncake_conversation():
 def test_real_azure():
     t = load_trace("azure_code")
     assert len(t) > 1000 and not t.has_prefixes and t.timestamps[-1] > 0
+
+
+def test_session_pauses_and_ttl_exceedance():
+    from kvlab.traces import pause_exceeds, session_pauses
+    t = synthetic_agent_trace(seed=0, sessions=40)
+    p = session_pauses(t)
+    assert len(p) == len(t) - len(np.unique(t.session_ids)) and (p >= 0).all()
+    share = pause_exceeds(t, [1, 60, 1e9])
+    assert share[0] >= share[1] >= share[2] == 0.0 and 0 < share[1] < 1
+    assert share[1] == np.mean(p > 60)
