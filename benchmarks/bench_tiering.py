@@ -31,7 +31,7 @@ def baseline_lru(ids: list, capacity: int) -> int:
     return hits
 
 
-def _best(fn, repeats: int = 3) -> tuple[float, object]:
+def _best(fn, repeats: int = 5) -> tuple[float, object]:
     best, out = float("inf"), None
     for _ in range(repeats):
         t = time.perf_counter()
