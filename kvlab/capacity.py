@@ -194,16 +194,16 @@ def auto_shards(weights: int, gpu: Gpu, utilization: float) -> int:
 
 def plan(model, gpu: str | Gpu, context_tokens: int, prefix_hit_rate: float = 0.0, *, kv_format=None,
          scheme: str = "storage", utilization: float = DEFAULT_UTILIZATION, weight_shards: int | None = None,
-         weight_bytes_: int | None = None, activation_gb: float = DEFAULT_ACTIVATION_GB,
+         weights: int | None = None, activation_gb: float = DEFAULT_ACTIVATION_GB,
          replay_probability: float = 1.0) -> Capacity:
     """Sessions of `context_tokens` tokens per GPU. weight_shards=None picks the smallest power of two <= 8
-    for which the weights take at most half of the usable memory; weight_bytes_=None estimates the weights."""
+    for which the weights take at most half of the usable memory; weights=None estimates the weights."""
     a = _alloc(model, scheme, kv_format)
     g = get_gpu(gpu)
     u = _frac(utilization, "utilization", 0.0, 1.0)
     if u == 0:
         raise ParameterError("utilization must be > 0")
-    w = weight_bytes(a.layout.model).nbytes if weight_bytes_ is None else weight_bytes_
+    w = weight_bytes(a.layout.model).nbytes if weights is None else weights
     if isinstance(w, bool) or not isinstance(w, int) or w < 0:
         raise ParameterError(f"weight bytes must be a non-negative integer, got {w!r}")
     n = auto_shards(w, g, u) if weight_shards is None else weight_shards

@@ -36,7 +36,7 @@ def cmd_sessions(args) -> int:
     from .capacity import plan, vllm_plan
     cap = plan(args.model, args.gpu, args.context, args.prefix_hit_rate, kv_format=args.kv_format,
                scheme=args.layout, utilization=args.utilization, weight_shards=args.weight_shards,
-               weight_bytes_=None if args.weight_gb is None else int(args.weight_gb * 1e9),
+               weights=None if args.weight_gb is None else int(args.weight_gb * 1e9),
                activation_gb=args.activation_gb, replay_probability=args.replay_probability)
     out = cap.as_dict()
     try:

@@ -142,3 +142,9 @@ def test_hardware_catalog_from_another_file(tmp_path):
     p.write_text(json.dumps({"gpus": {"X1": {"hbm_gb": 10}}}))
     with pytest.raises(ParameterError, match="lacks"):
         load_catalog(p)
+
+
+def test_cli_weight_override(capsys):
+    assert main(["sessions", "qwen3-8b", "--gpu", "H100", "--context", "32768", "--weight-gb", "0", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["usable_kv_bytes"] == 68_000_000_000 and out["sessions_per_gpu"] == 68_000_000_000 // (QWEN * 32_768)
