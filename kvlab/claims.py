@@ -52,7 +52,13 @@ CHECKS = {
     "v41_decoder_layers": lambda: sum(1 for r in _spec("deepseek-v4.1-flash").compress_ratios if r == 1),
     "v41_main_entry": lambda: _layout("deepseek-v4.1-flash").layers[2].components[1].entry.nbytes,
     "v41_window": lambda: _spec("deepseek-v4.1-flash").sliding_window,
+    "v41_ttl_recompute": lambda: _ttl_recompute(),
 }
+
+
+def _ttl_recompute():
+    from .tiering import v41_ttl_recompute
+    return v41_ttl_recompute(60.0)
 
 
 def _layout(model):

@@ -1,0 +1,99 @@
+"""Accelerator catalog: device memory, its bandwidth, host link, host DRAM and SSD bandwidth.
+
+Figures live in data/hardware.json with a source for each; `get_gpu(name, **overrides)`
+returns a `Gpu` whose every field can be replaced, and `load_catalog(path)` reads another
+file of the same shape. Units are decimal (GB = 1e9 B) because vendors quote them so.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from .errors import ParameterError
+from .models import DATA_DIR
+
+HARDWARE_FILE = DATA_DIR / "hardware.json"
+FIELDS = ("hbm_gb", "hbm_tb_s", "host_link_gb_s", "host_dram_gb", "ssd_gb_s")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One accelerator and the tiers around it."""
+
+    name: str  # catalog key, e.g. "H100"
+    description: str  # product name
+    hbm_gb: float  # device memory, GB (1e9 B)
+    hbm_tb_s: float  # device memory bandwidth, TB/s
+    host_link_gb_s: float  # GPU <-> host bandwidth per direction, GB/s
+    host_dram_gb: float  # host DRAM per GPU available to a KV tier, GB
+    ssd_gb_s: float  # SSD read bandwidth per GPU, GB/s
+    sources: dict = field(default_factory=dict, compare=False)  # field -> where its figure comes from
+
+    @property
+    def hbm_bytes(self) -> int:
+        return int(self.hbm_gb * 1e9)
+
+    @property
+    def host_dram_bytes(self) -> int:
+        return int(self.host_dram_gb * 1e9)
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hbm_tb_s * 1e12
+
+    @property
+    def host_link_bytes_per_s(self) -> float:
+        return self.host_link_gb_s * 1e9
+
+    @property
+    def ssd_bytes_per_s(self) -> float:
+        return self.ssd_gb_s * 1e9
+
+
+def load_catalog(path: str | Path = HARDWARE_FILE) -> dict[str, Gpu]:
+    """Every GPU in a hardware JSON file, by upper-case name."""
+    try:
+        raw = json.loads(Path(path).read_text())["gpus"]
+    except (OSError, KeyError, TypeError, json.JSONDecodeError) as e:
+        raise ParameterError(f"{path}: not a hardware catalog ({e})") from None
+    out = {}
+    for name, d in raw.items():
+        missing = [f for f in FIELDS if f not in d]
+        if missing:
+            raise ParameterError(f"{path}: GPU {name!r} lacks {', '.join(missing)}")
+        out[name.upper()] = _checked(Gpu(name, d.get("description", name), *(d[f] for f in FIELDS),
+                                         sources=dict(d.get("sources", {}))))
+    return out
+
+
+def _checked(g: Gpu) -> Gpu:
+    for f in FIELDS:
+        v = getattr(g, f)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (f == "hbm_gb" and v <= 0):
+            raise ParameterError(f"GPU {g.name}: {f} must be a non-negative number, got {v!r}")
+    return g
+
+
+def gpu_names(path: str | Path = HARDWARE_FILE) -> list[str]:
+    return list(load_catalog(path))
+
+
+def get_gpu(name: str | Gpu, path: str | Path = HARDWARE_FILE, **overrides) -> Gpu:
+    """A catalog GPU by name (case-insensitive), with any field overridden (e.g. hbm_gb=180)."""
+    if isinstance(name, Gpu):
+        g = name
+    else:
+        cat = load_catalog(path)
+        key = str(name).upper()
+        if key not in cat:
+            raise ParameterError(f"unknown GPU {name!r}; choose one of {', '.join(cat)}")
+        g = cat[key]
+    bad = [k for k in overrides if k not in FIELDS]
+    if bad:
+        raise ParameterError(f"unknown GPU field {bad[0]!r}; fields are {', '.join(FIELDS)}")
+    if overrides:
+        src = dict(g.sources)
+        src.update({k: "override" for k in overrides})
+        g = replace(g, sources=src, **overrides)
+    return _checked(g)

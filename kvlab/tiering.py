@@ -1,0 +1,447 @@
+"""A KV tiering simulator: HBM, host DRAM and SSD holding prefix-chained blocks.
+
+Each request reads its blocks in order; only the leading run of cached blocks is a prefix hit
+(a block found after the first miss is recomputed anyway, as engines match prefixes). Hit blocks
+in a lower tier are promoted to HBM; HBM's victims are demoted to DRAM, DRAM's to SSD, SSD's are
+dropped. Host DRAM state expires `ttl_s` seconds after its last use (to SSD when there is one).
+Capacities are bytes turned into blocks with the model's own bytes per token (kvlab.engines).
+Per tier and overall: hits by blocks and tokens, recomputed tokens, bytes moved, and a TTFT per
+request = recomputed tokens / prefill throughput + hit blocks' transfer from their tier.
+
+Two engines give the same answers where both apply (tests hold them equal):
+  `simulate_lru_fast`  LRU only: exclusive LRU tiers with demote-on-evict and promote-on-hit behave as one
+                       LRU stack cut into regions (HBM = the top C1 positions, DRAM the next C2, SSD the
+                       next C3), so stack distances (kvlab.stackdist) give every access's tier at once.
+                       TTL is supported when there is no SSD tier.
+  `simulate_sequential` any policy (lru, lfu), TTL with SSD: one block at a time, dictionaries and heaps.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .engines import allocate
+from .errors import ParameterError
+from .hardware import get_gpu
+from .stackdist import previous_access, stack_distances
+from .traces import Trace
+
+TIERS = ("hbm", "dram", "ssd")
+POLICIES = ("lru", "lfu")
+DEFAULT_PREFILL_TOKENS_PER_S = 10_000.0  # assumption: one GPU's prefill rate for the TTFT estimate; set per model
+
+
+@dataclass(frozen=True)
+class Tiers:
+    """Tier capacities (blocks) and read bandwidths for one model's block size."""
+
+    block_tokens: int  # tokens per block (the trace's hash granularity)
+    block_bytes: int  # bytes of one block: model bytes/token x block_tokens, rounded up
+    capacity_blocks: tuple[int, int, int]  # HBM, DRAM, SSD
+    read_bytes_per_s: tuple[float, float, float]  # bandwidth bringing a block into HBM from each tier
+    ttl_s: float = math.inf  # host DRAM state expires this long after its last use
+    prefill_tokens_per_s: float = DEFAULT_PREFILL_TOKENS_PER_S  # prefill rate for recomputed tokens
+
+    def __post_init__(self):
+        if self.capacity_blocks[0] < 1:
+            raise ParameterError("the HBM tier must hold at least one block")
+        if any(c < 0 for c in self.capacity_blocks):
+            raise ParameterError("tier capacities must be non-negative")
+        if not self.ttl_s > 0:
+            raise ParameterError(f"ttl_s must be positive (math.inf for none), got {self.ttl_s!r}")
+        if not self.prefill_tokens_per_s > 0:
+            raise ParameterError("prefill_tokens_per_s must be positive")
+
+    def transfer_s(self) -> np.ndarray:
+        """[3] seconds to bring one block into HBM from each tier (HBM: 0)."""
+        return np.array([0.0] + [self.block_bytes / bw for bw in self.read_bytes_per_s[1:]])
+
+
+def block_bytes(model, block_tokens: int, scheme: str = "storage", kv_format=None) -> int:
+    """Bytes of one block of `block_tokens` tokens: the allocation's bytes per token x tokens, rounded up."""
+    a = allocate(model, scheme, kv_format)
+    return math.ceil(a.bytes_per_token * block_tokens)
+
+
+def make_tiers(model, hbm_gb: float, dram_gb: float = 0.0, ssd_gb: float = 0.0, gpu="H100",
+               block_tokens: int = 512, ttl_s: float = math.inf,
+               prefill_tokens_per_s: float = DEFAULT_PREFILL_TOKENS_PER_S, scheme: str = "storage",
+               kv_format=None) -> Tiers:
+    """Tiers from KV budgets in GB (1e9 B) and a GPU's host-link and SSD bandwidths (an SSD block is read
+    through the host, so at the slower of the two)."""
+    for k, v in (("hbm_gb", hbm_gb), ("dram_gb", dram_gb), ("ssd_gb", ssd_gb)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or not math.isfinite(v):
+            raise ParameterError(f"{k} must be a non-negative number of GB, got {v!r}")
+    g = get_gpu(gpu)
+    bb = block_bytes(model, block_tokens, scheme, kv_format)
+    caps = tuple(int(gb * 1e9 // bb) for gb in (hbm_gb, dram_gb, ssd_gb))
+    bws = (g.hbm_bytes_per_s, g.host_link_bytes_per_s, min(g.ssd_bytes_per_s, g.host_link_bytes_per_s))
+    return Tiers(block_tokens, bb, caps, bws, ttl_s, prefill_tokens_per_s)
+
+
+@dataclass
+class SimResult:
+    """What a trace did to the tiers."""
+
+    policy: str  # eviction policy
+    tiers: Tiers  # the configuration simulated
+    requests: int  # requests simulated
+    accesses: int  # block accesses
+    hit_blocks: np.ndarray  # [3] prefix-hit blocks served from HBM, DRAM, SSD
+    hit_tokens: np.ndarray  # [3] their tokens
+    input_tokens: int  # prompt tokens over all requests
+    request_hit_tokens: np.ndarray  # [R] prefix-hit tokens per request
+    ttft_s: np.ndarray  # [R] estimated time to first token per request
+    moved_bytes: dict = field(default_factory=dict)  # "src->dst" -> bytes moved between tiers
+    evicted_blocks: int | None = None  # blocks dropped from the last tier for capacity (None: not tracked)
+    stale_blocks: int = 0  # cached blocks past a request's first miss (recomputed, old copy dropped)
+
+    @property
+    def recomputed_tokens(self) -> int:
+        return int(self.input_tokens - self.request_hit_tokens.sum())
+
+    @property
+    def token_hit_rate(self) -> float:
+        return float(self.hit_tokens.sum() / self.input_tokens) if self.input_tokens else 0.0
+
+    @property
+    def block_hit_rate(self) -> float:
+        return float(self.hit_blocks.sum() / self.accesses) if self.accesses else 0.0
+
+    def summary(self) -> dict:
+        d = dict(policy=self.policy, requests=self.requests, block_accesses=self.accesses,
+                 block_bytes=self.tiers.block_bytes, capacity_blocks=dict(zip(TIERS, self.tiers.capacity_blocks)),
+                 ttl_s=self.tiers.ttl_s if math.isfinite(self.tiers.ttl_s) else None,
+                 token_hit_rate=self.token_hit_rate, block_hit_rate=self.block_hit_rate,
+                 recomputed_tokens=self.recomputed_tokens, input_tokens=self.input_tokens,
+                 moved_bytes=dict(self.moved_bytes), evicted_blocks=self.evicted_blocks,
+                 stale_blocks=self.stale_blocks,
+                 ttft_mean_s=float(self.ttft_s.mean()) if len(self.ttft_s) else 0.0,
+                 ttft_p50_s=float(np.percentile(self.ttft_s, 50)) if len(self.ttft_s) else 0.0,
+                 ttft_p99_s=float(np.percentile(self.ttft_s, 99)) if len(self.ttft_s) else 0.0)
+        for i, t in enumerate(TIERS):
+            d[f"{t}_hit_blocks"] = int(self.hit_blocks[i])
+            d[f"{t}_hit_tokens"] = int(self.hit_tokens[i])
+            d[f"{t}_token_hit_rate"] = float(self.hit_tokens[i] / self.input_tokens) if self.input_tokens else 0.0
+            d[f"{t}_block_hit_rate"] = float(self.hit_blocks[i] / self.accesses) if self.accesses else 0.0
+        return d
+
+
+def _check_trace(trace: Trace):
+    if not isinstance(trace, Trace):
+        raise ParameterError(f"expected a Trace, got {type(trace).__name__}")
+    if not trace.has_prefixes:
+        raise ParameterError(f"trace {trace.name!r} has no prefix (block hash) information: it cannot drive "
+                             "the tiering simulator (Azure traces give arrivals and lengths only)")
+
+
+def _access_tokens(trace: Trace, req: np.ndarray) -> np.ndarray:
+    """[A] tokens each block access stands for (the last block of a request may be partial)."""
+    B = trace.block_tokens
+    tok = np.full(trace.n_accesses, B, np.int64)
+    off = trace.block_offsets
+    n = np.diff(off)
+    last = off[1:][n > 0] - 1
+    tok[last] = trace.input_tokens[n > 0] - (n[n > 0] - 1) * B
+    return tok
+
+
+def _finish(policy, tiers, trace, tier, hit, req, moved, evicted, stale, tok=None) -> SimResult:
+    """Per-tier and per-request totals from each access's tier (3 = not found) and prefix-hit flag."""
+    R = len(trace)
+    tok = _access_tokens(trace, req) if tok is None else tok
+    th, rh = tier[hit], req[hit]
+    hit_blocks = np.bincount(th, minlength=3)[:3]
+    hit_tokens = np.bincount(th, weights=tok[hit], minlength=3)[:3].astype(np.int64)
+    req_hit = np.bincount(rh, weights=tok[hit], minlength=R).astype(np.int64)
+    transfer = np.bincount(rh, weights=tiers.transfer_s()[th], minlength=R)
+    ttft = (trace.input_tokens - req_hit) / tiers.prefill_tokens_per_s + transfer
+    return SimResult(policy, tiers, R, trace.n_accesses, hit_blocks.astype(np.int64), hit_tokens,
+                     int(trace.input_tokens.sum()), req_hit, ttft, moved, evicted, stale)
+
+
+def _prefix_hits(trace: Trace, found: np.ndarray, req: np.ndarray) -> np.ndarray:
+    """[A] True where a found block lies before its request's first miss."""
+    off = trace.block_offsets
+    pos = np.arange(trace.n_accesses) - off[req]
+    first_miss = np.full(len(trace), np.iinfo(np.int64).max)
+    nz = np.flatnonzero(np.diff(off) > 0)
+    if len(nz):
+        miss_pos = np.where(found, np.iinfo(np.int64).max, pos)
+        first_miss[nz] = np.minimum.reduceat(miss_pos, off[nz])
+    return found & (pos < first_miss[req])
+
+
+@dataclass
+class LruIndex:
+    """What one pass over a trace tells every LRU configuration: stack distances and their running maximum
+    within each request (the capacity a prefix hit needs), plus per-access request, tokens and history."""
+
+    prev: np.ndarray  # [A] previous access to the same block, -1 if none
+    dist: np.ndarray  # [A] LRU stack distance, -1 for a first access
+    prefix_dist: np.ndarray  # [A] running max of dist within the request (-1: never a prefix hit)
+    req: np.ndarray  # [A] request of each access
+    tok: np.ndarray  # [A] tokens each access stands for
+    seen: np.ndarray  # [A] distinct blocks before each access
+
+    @classmethod
+    def build(cls, trace: Trace) -> "LruIndex":
+        _check_trace(trace)
+        ids = trace.block_ids
+        prev = previous_access(ids)
+        d = stack_distances(ids, prev)
+        req = trace.request_of_access
+        big = int(d.max()) + 2 if len(d) else 1
+        v = np.where(d < 0, big - 1, d)
+        run = np.maximum.accumulate(v + req * big) - req * big  # segmented running max
+        cold = prev < 0
+        return cls(prev, d, np.where(run >= big - 1, -1, run), req, _access_tokens(trace, req),
+                   np.cumsum(cold) - cold)
+
+
+def simulate_lru_fast(trace: Trace, tiers: Tiers, index: LruIndex | None = None) -> SimResult:
+    """LRU over exclusive tiers from stack distances (vectorized; an `index` built once serves every
+    configuration of the same trace)."""
+    _check_trace(trace)
+    ix = LruIndex.build(trace) if index is None else index
+    d, prev = ix.dist, ix.prev
+    caps = tiers.capacity_blocks
+    if math.isfinite(tiers.ttl_s) and caps[2] > 0:
+        raise ParameterError("the vectorized LRU path supports a DRAM TTL only without an SSD tier; "
+                             "use simulate_sequential")
+    active = [i for i in range(3) if caps[i] > 0]
+    bounds = np.cumsum([caps[i] for i in active])
+    # the region of the stack each access finds its block in (len(active): beyond the last tier, or cold)
+    slot = np.zeros(len(d), np.int8)
+    for b in bounds[:-1]:
+        slot += d >= b
+    region = np.array(active + [3], np.int8)
+    tier = region[slot]
+    cold = prev < 0
+    tier[cold | (d >= bounds[-1])] = 3
+    ttl_on = math.isfinite(tiers.ttl_s) and caps[1] > 0
+    if ttl_on:
+        t = trace.timestamps[ix.req]
+        gap = t - t[np.where(prev < 0, 0, prev)]
+        tier = np.where((tier == 1) & (gap > tiers.ttl_s), 3, tier)  # expired host state
+        hit = _prefix_hits(trace, tier < 3, ix.req)
+    else:
+        e = ix.prefix_dist
+        hit = (e >= 0) & (e < bounds[-1])  # every block up to this one is within the cache
+    # demotions: an access from below boundary k shifts the block at position k - 1 across it
+    moved = {}
+    bb = tiers.block_bytes
+    evicted = None
+    for k, b in enumerate(bounds):
+        n = int(np.count_nonzero((cold | (d >= b)) & (ix.seen >= b)))
+        src = TIERS[active[k]]
+        if k + 1 < len(active):
+            moved[f"{src}->{TIERS[active[k + 1]]}"] = n * bb
+        elif not ttl_on or active[k] == 0:
+            evicted = n
+    th = tier[hit]
+    hit_blocks = np.bincount(th, minlength=4)[:3]
+    for i in (1, 2):
+        moved[f"{TIERS[i]}->hbm"] = int(hit_blocks[i]) * bb
+    found = tier < 3
+    stale = int(np.count_nonzero(found)) - int(hit_blocks.sum())
+    moved = {k: v for k, v in moved.items() if v or k in ("dram->hbm", "ssd->hbm")}
+    return _finish("lru", tiers, trace, tier, hit, ix.req, moved, evicted, stale, ix.tok)
+
+
+# --- the sequential reference -----------------------------------------------------------------------
+class _Tier:
+    """One tier's residents under a policy; victims come out in policy order."""
+
+    def __init__(self, policy: str):
+        self.policy = policy
+        self.od: OrderedDict = OrderedDict()  # lru: residents, least recent first
+        self.key: dict = {}  # lfu: block -> (freq, seq) as pushed
+        self.heap: list = []  # lfu: (freq, seq, block), lazily invalidated
+
+    def __contains__(self, b):
+        return b in (self.od if self.policy == "lru" else self.key)
+
+    def __len__(self):
+        return len(self.od) if self.policy == "lru" else len(self.key)
+
+    def add(self, b, freq: int, seq: int):
+        if self.policy == "lru":
+            self.od[b] = None
+        else:
+            self.key[b] = (freq, seq)
+            heapq.heappush(self.heap, (freq, seq, b))
+
+    def remove(self, b):
+        if self.policy == "lru":
+            del self.od[b]
+        else:
+            del self.key[b]
+
+    def victim(self):
+        if self.policy == "lru":
+            return self.od.popitem(last=False)[0]
+        while True:
+            f, s, b = heapq.heappop(self.heap)
+            if self.key.get(b) == (f, s):
+                del self.key[b]
+                return b
+
+
+def simulate_sequential(trace: Trace, tiers: Tiers, policy: str = "lru", progress: bool = False) -> SimResult:
+    """Block-by-block simulation (any policy; TTL with or without SSD). LFU evicts the least-used block,
+    the least recent among equals; use counts are kept for every block ever seen."""
+    _check_trace(trace)
+    if policy not in POLICIES:
+        raise ParameterError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    caps = tiers.capacity_blocks
+    tier_objs = [_Tier(policy) for _ in range(3)]
+    where: dict[int, int] = {}  # block -> tier index
+    last: dict[int, float] = {}  # block -> time of last use
+    freq: dict[int, int] = {}  # block -> uses
+    seqno: dict[int, int] = {}  # block -> access number of last use
+    expiry: list = []  # (last use, block) for DRAM residents (lazy)
+    moved = {"hbm->dram": 0, "dram->ssd": 0, "hbm->ssd": 0, "dram->hbm": 0, "ssd->hbm": 0}
+    evicted = 0  # dropped past the last tier (expired blocks dropped for want of an SSD are not counted)
+    ttl = tiers.ttl_s
+    bb = tiers.block_bytes
+    A = trace.n_accesses
+    tier_of = np.full(A, 3, np.int64)
+    req = trace.request_of_access
+    ids = trace.block_ids.tolist()
+    off = trace.block_offsets.tolist()
+    ts = trace.timestamps.tolist()
+
+    def place(b, k, src, now):
+        """Put b (coming from tier `src`, None if new) into tier k or the next non-empty tier below, cascading
+        victims downwards. HBM victims are offloaded without checking their age; host DRAM drops (or sinks
+        to SSD) a block already idle past the TTL. Past the last tier a block is dropped."""
+        nonlocal evicted
+        while True:
+            while k < 3 and caps[k] == 0:
+                k += 1
+            if k >= 3:
+                evicted += 1
+                return
+            if src is not None:
+                moved[f"{TIERS[src]}->{TIERS[k]}"] = moved.get(f"{TIERS[src]}->{TIERS[k]}", 0) + bb
+            if k == 1 and now - last[b] > ttl:  # expired on arrival
+                if caps[2] == 0:
+                    return
+                src, k = 1, 2
+                continue
+            tier_objs[k].add(b, freq[b], seqno[b])
+            where[b] = k
+            if k == 1 and math.isfinite(ttl):
+                heapq.heappush(expiry, (last[b], b))
+            if len(tier_objs[k]) <= caps[k]:
+                return
+            b = tier_objs[k].victim()
+            del where[b]
+            src, k = k, k + 1
+
+    it = range(len(trace))
+    if progress:
+        from tqdm.auto import tqdm
+        it = tqdm(it, desc="simulate", unit="req")
+    for r in it:
+        now = ts[r]
+        if math.isfinite(ttl):  # host state idle longer than the TTL moves to SSD or is dropped
+            while expiry and expiry[0][0] < now - ttl:
+                t0, b = heapq.heappop(expiry)
+                if where.get(b) == 1 and last[b] == t0:
+                    tier_objs[1].remove(b)
+                    del where[b]
+                    if caps[2] > 0:
+                        place(b, 2, 1, now)
+        intact = True
+        for a in range(off[r], off[r + 1]):
+            b = ids[a]
+            k = where.get(b)
+            if k is not None:
+                tier_objs[k].remove(b)
+                del where[b]
+                tier_of[a] = k
+            else:
+                intact = False
+            if tier_of[a] < 3 and not intact:
+                tier_of[a] = tier_of[a] | 8  # found but past the first miss: recomputed
+            last[b] = now
+            freq[b] = freq.get(b, 0) + 1
+            seqno[b] = a
+            place(b, 0, None, now)
+    found = (tier_of & 7) < 3
+    hit = found & (tier_of < 8)
+    stale = int(np.count_nonzero(tier_of >= 8))
+    tier = np.where(hit, tier_of & 7, np.where(found, tier_of & 7, 3))
+    for k in (1, 2):  # promotions: prefix hits from a lower tier (a stale copy is dropped, not moved)
+        moved[f"{TIERS[k]}->hbm"] = int(np.count_nonzero(hit & (tier == k))) * bb
+    moved = {k: v for k, v in moved.items() if v or k in ("dram->hbm", "ssd->hbm")}
+    return _finish(policy, tiers, trace, tier, hit, req, moved, evicted, stale)
+
+
+def simulate(trace: Trace, tiers: Tiers, policy: str = "lru", progress: bool = False) -> SimResult:
+    """The vectorized LRU path where it applies, the sequential one otherwise."""
+    if policy == "lru" and (not math.isfinite(tiers.ttl_s) or tiers.capacity_blocks[2] == 0):
+        return simulate_lru_fast(trace, tiers)
+    return simulate_sequential(trace, tiers, policy, progress)
+
+
+# --- curves and validation ---------------------------------------------------------------------------
+def prefix_hit_curve(trace: Trace, capacities_blocks, index: LruIndex | None = None) -> dict:
+    """LRU prefix-hit rates (by tokens and by blocks) at each total capacity, from one pass over the trace: a
+    prefix hit at capacity C needs every block of the request up to this one within C (the running maximum)."""
+    ix = LruIndex.build(trace) if index is None else index
+    e = ix.prefix_dist
+    caps = np.asarray(capacities_blocks, np.int64)
+    ok = e >= 0
+    order = np.argsort(e[ok], kind="stable")
+    es = e[ok][order]
+    ctok = np.concatenate(([0], np.cumsum(ix.tok[ok][order])))
+    n = np.searchsorted(es, caps, side="left")  # accesses with e < capacity
+    return dict(capacity_blocks=caps, block_hit_rate=n / max(trace.n_accesses, 1),
+                token_hit_rate=ctok[n] / max(int(trace.input_tokens.sum()), 1))
+
+
+# Mooncake (FAST'25) Table 2 cache ratios of its three workloads (shared/reference/serving.md)
+MOONCAKE_TABLE2_CACHE_RATIO = {"conversation": 0.40, "synthetic": 0.66, "tool&agent": 0.59}
+
+
+def reuse_ratio(trace: Trace, warmup: float = 0.0) -> dict:
+    """Unlimited-capacity prefix reuse: the share of blocks (and prompt tokens) that a request finds as a cached
+    prefix left by any earlier request. `warmup` (a fraction of the requests) lets the first requests fill the
+    cache without being counted, which removes the cold start of a trace cut out of longer traffic."""
+    r = simulate_lru_fast(trace, Tiers(trace.block_tokens, 1, (max(trace.n_blocks, 1), 0, 0), (1.0, 1.0, 1.0)))
+    first = int(len(trace) * warmup)
+    a0 = int(trace.block_offsets[first])
+    hit_tokens = r.request_hit_tokens[first:].sum()
+    # blocks hit per request = hit tokens rounded up to blocks (a hit partial last block counts as one)
+    per_req_blocks = -(-r.request_hit_tokens // trace.block_tokens)
+    return dict(block_reuse=float(per_req_blocks[first:].sum() / max(trace.n_accesses - a0, 1)),
+                token_reuse=float(hit_tokens / max(int(trace.input_tokens[first:].sum()), 1)),
+                requests=len(trace) - first)
+
+
+def ttl_sweep(trace: Trace, model, ttls_s, hbm_gb: float, dram_gb: float, gpu="H100", **kw) -> list[dict]:
+    """Hit rates and recomputed tokens against the host-DRAM TTL (LRU, no SSD; math.inf = no TTL)."""
+    out = []
+    ix = LruIndex.build(trace)
+    for ttl in ttls_s:
+        t = make_tiers(model, hbm_gb, dram_gb, 0.0, gpu=gpu, block_tokens=trace.block_tokens, ttl_s=ttl, **kw)
+        r = simulate_lru_fast(trace, t, ix)
+        out.append(dict(ttl_s=ttl, token_hit_rate=r.token_hit_rate, dram_token_hit_rate=r.summary()["dram_token_hit_rate"],
+                        recomputed_tokens=r.recomputed_tokens,
+                        recomputed_share=r.recomputed_tokens / r.input_tokens, ttft_mean_s=float(r.ttft_s.mean())))
+    return out
+
+
+def v41_ttl_recompute(ttl_s: float = 60.0, seed: int = 0) -> float:
+    """Extra share of prompt tokens recomputed when V4.1-Flash's host-resident state has a `ttl_s` TTL rather
+    than none, on the seeded synthetic agent workload with a small HBM tier (0.05 GB) and 10 GB of host DRAM."""
+    from .traces import synthetic_agent_trace
+    rows = ttl_sweep(synthetic_agent_trace(seed=seed), "deepseek-v4.1-flash", [ttl_s, math.inf], 0.05, 10.0)
+    return rows[0]["recomputed_share"] - rows[1]["recomputed_share"]

@@ -1,0 +1,329 @@
+"""Request traces: Mooncake JSONL and Azure CSV readers, and a seeded synthetic agent workload.
+
+A `Trace` holds per-request arrays plus, when the trace has prefix information, each request's
+block ids in CSR form (block_offsets, block_ids). Mooncake (kvcache-ai/Mooncake FAST25-release
+traces, Apache-2.0) gives one hash id per 512-token block, each standing for the block and all
+before it, so a shared leading run of ids is a reusable prefix. Azure's 2023 LLM inference traces
+(Azure/AzurePublicDataset, CC-BY-4.0) give arrivals and lengths only. Trace files are never copied
+into the repository: they are read from ../shared/traces beside it (or an explicit path), and the
+synthetic generator stands in when they are absent.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from .errors import KvlabError, ParameterError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TRACES_DIR = REPO_ROOT.parent / "shared" / "traces"  # ../shared/traces relative to the repository root
+MOONCAKE_BLOCK_TOKENS = 512  # Mooncake hashes 512-token blocks (FAST'25 traces README)
+KNOWN = {"conversation": "conversation_trace.jsonl", "mooncake_synthetic": "synthetic_trace.jsonl",
+         "azure_code": "AzureLLMInferenceTrace_code.csv", "azure_conv": "AzureLLMInferenceTrace_conv.csv"}
+
+
+class TraceError(KvlabError):
+    """A trace file that is missing or malformed (the message names the line and field)."""
+
+
+@dataclass
+class Trace:
+    """Requests in arrival order."""
+
+    name: str  # file name or "synthetic"
+    timestamps: np.ndarray  # [R] arrival, seconds from the first request
+    input_tokens: np.ndarray  # [R] prompt tokens
+    output_tokens: np.ndarray  # [R] generated tokens
+    block_offsets: np.ndarray | None  # [R + 1] request r's blocks are block_ids[off[r]:off[r+1]]; None: no prefixes
+    block_ids: np.ndarray | None  # [A] dense block ids 0..n_blocks-1, prefix-chained
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS  # tokens per hashed block
+    session_ids: np.ndarray | None = None  # [R] session of each request (synthetic traces)
+    source: str = ""  # where the data comes from, with its licence
+
+    def __len__(self) -> int:
+        return len(self.timestamps)
+
+    @property
+    def has_prefixes(self) -> bool:
+        return self.block_ids is not None
+
+    @property
+    def n_accesses(self) -> int:
+        return 0 if self.block_ids is None else len(self.block_ids)
+
+    @property
+    def n_blocks(self) -> int:
+        return 0 if self.block_ids is None or not len(self.block_ids) else int(self.block_ids.max()) + 1
+
+    @property
+    def request_of_access(self) -> np.ndarray:
+        """[A] request index of every block access."""
+        return np.repeat(np.arange(len(self)), np.diff(self.block_offsets))
+
+    def head(self, n: int) -> "Trace":
+        """The first n requests (block ids re-densified)."""
+        n = min(n, len(self))
+        off = blocks = None
+        if self.has_prefixes:
+            off = self.block_offsets[: n + 1].copy()
+            blocks = _dense(self.block_ids[: off[-1]])
+        sid = None if self.session_ids is None else self.session_ids[:n].copy()
+        return Trace(self.name, self.timestamps[:n].copy(), self.input_tokens[:n].copy(),
+                     self.output_tokens[:n].copy(), off, blocks, self.block_tokens, sid, self.source)
+
+    def summary(self) -> dict:
+        d = dict(name=self.name, requests=len(self), duration_s=float(self.timestamps[-1] - self.timestamps[0])
+                 if len(self) else 0.0, mean_input_tokens=float(self.input_tokens.mean()) if len(self) else 0.0,
+                 mean_output_tokens=float(self.output_tokens.mean()) if len(self) else 0.0)
+        if self.has_prefixes:
+            d.update(block_accesses=self.n_accesses, distinct_blocks=self.n_blocks)
+        return d
+
+
+def _dense(ids: np.ndarray) -> np.ndarray:
+    """Map arbitrary ids to 0..k-1 in order of first appearance."""
+    uniq, first, inv = np.unique(ids, return_index=True, return_inverse=True)
+    rank = np.empty(len(uniq), np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(uniq))
+    return rank[inv]
+
+
+def _bad(path, line: int, field: str, msg: str):
+    raise TraceError(f"{path}: line {line}: field {field!r}: {msg}")
+
+
+def _nonneg_int(v, path, line, field):
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        _bad(path, line, field, f"must be a non-negative integer, got {v!r}")
+    return v
+
+
+def read_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS, limit: int | None = None) -> Trace:
+    """Read a Mooncake JSONL trace, validating every record (line number and field in each error)."""
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"{path}: no such trace file")
+    ts, inp, out, offs, ids = [], [], [], [0], []
+    with path.open() as f:
+        for ln, raw in enumerate(f, 1):
+            if limit is not None and len(ts) >= limit:
+                break
+            if not raw.strip():
+                continue
+            try:
+                r = json.loads(raw)
+            except json.JSONDecodeError as e:
+                raise TraceError(f"{path}: line {ln}: not valid JSON ({e.msg})") from None
+            if not isinstance(r, dict):
+                raise TraceError(f"{path}: line {ln}: a record must be a JSON object")
+            for k in ("timestamp", "input_length", "output_length", "hash_ids"):
+                if k not in r:
+                    _bad(path, ln, k, "missing")
+            t = r["timestamp"]
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+                _bad(path, ln, "timestamp", f"must be a non-negative number of milliseconds, got {t!r}")
+            if ts and t / 1000 < ts[-1]:
+                _bad(path, ln, "timestamp", f"goes backwards ({t} ms after {ts[-1] * 1000:g} ms)")
+            n_in = _nonneg_int(r["input_length"], path, ln, "input_length")
+            n_out = _nonneg_int(r["output_length"], path, ln, "output_length")
+            h = r["hash_ids"]
+            if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                                                  for x in h):
+                _bad(path, ln, "hash_ids", "must be a list of non-negative integers")
+            if len(h) != -(-n_in // block_tokens):
+                _bad(path, ln, "hash_ids", f"{len(h)} ids for {n_in} input tokens; expected "
+                     f"ceil({n_in} / {block_tokens}) = {-(-n_in // block_tokens)}")
+            ts.append(t / 1000)
+            inp.append(n_in)
+            out.append(n_out)
+            ids.extend(h)
+            offs.append(len(ids))
+    if not ts:
+        raise TraceError(f"{path}: no records")
+    t0 = ts[0]
+    return Trace(path.name, np.array(ts) - t0, np.array(inp, np.int64), np.array(out, np.int64),
+                 np.array(offs, np.int64), _dense(np.array(ids, np.int64)), block_tokens,
+                 source="kvcache-ai/Mooncake FAST25-release/traces (Apache-2.0)")
+
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+
+
+def read_azure(path: str | Path, limit: int | None = None) -> Trace:
+    """Read an Azure LLM inference trace CSV (arrivals and lengths; no prefix information)."""
+    path = Path(path)
+    if not path.is_file():
+        raise TraceError(f"{path}: no such trace file")
+    ts, inp, out = [], [], []
+    with path.open(newline="") as f:
+        rows = csv.reader(f)
+        header = next(rows, None)
+        if header is None or tuple(h.strip() for h in header) != AZURE_COLUMNS:
+            raise TraceError(f"{path}: line 1: header must be {','.join(AZURE_COLUMNS)}, got {header!r}")
+        for ln, row in enumerate(rows, 2):
+            if limit is not None and len(ts) >= limit:
+                break
+            if not row:
+                continue
+            if len(row) != 3:
+                raise TraceError(f"{path}: line {ln}: expected 3 fields, got {len(row)}")
+            try:
+                t = datetime.fromisoformat(row[0].strip()[:26])
+            except ValueError:
+                _bad(path, ln, "TIMESTAMP", f"not a date-time: {row[0]!r}")
+            vals = []
+            for k, v in zip(AZURE_COLUMNS[1:], row[1:]):
+                try:
+                    x = int(v)
+                except ValueError:
+                    _bad(path, ln, k, f"not an integer: {v!r}")
+                vals.append(_nonneg_int(x, path, ln, k))
+            ts.append(t.timestamp())
+            inp.append(vals[0])
+            out.append(vals[1])
+    if not ts:
+        raise TraceError(f"{path}: no records")
+    t = np.array(ts)
+    return Trace(path.name, t - t[0], np.array(inp, np.int64), np.array(out, np.int64), None, None,
+                 source="Azure/AzurePublicDataset AzureLLMInferenceTrace 2023 (CC-BY-4.0)")
+
+
+def trace_path(name: str | Path, traces_dir: str | Path | None = None) -> Path:
+    """A trace by explicit path, short name (conversation, mooncake_synthetic, azure_code, azure_conv) or file
+    name in the traces folder (default ../shared/traces beside the repository)."""
+    p = Path(name)
+    if p.is_file():
+        return p
+    d = Path(traces_dir) if traces_dir is not None else TRACES_DIR
+    cand = d / KNOWN.get(str(name), str(name))
+    if cand.is_file():
+        return cand
+    raise TraceError(f"trace {str(name)!r} not found (looked for {p} and {cand}); traces are read from "
+                     f"{d}, or use 'synthetic'")
+
+
+def have_trace(name: str, traces_dir: str | Path | None = None) -> bool:
+    try:
+        trace_path(name, traces_dir)
+        return True
+    except TraceError:
+        return False
+
+
+def load_trace(name: str | Path, limit: int | None = None, seed: int = 0, **synthetic) -> Trace:
+    """'synthetic' (seeded generator, keyword arguments passed on), or a Mooncake .jsonl / Azure .csv trace."""
+    if str(name) == "synthetic":
+        return synthetic_agent_trace(seed=seed, **synthetic)
+    p = trace_path(name)
+    if p.suffix == ".csv":
+        return read_azure(p, limit)
+    return read_mooncake(p, limit=limit)
+
+
+# --- synthetic agent workload ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class AgentWorkload:
+    """Knobs of the synthetic agent workload (all token counts are means of the drawn values)."""
+
+    sessions: int = 200  # agent sessions
+    session_rate_per_s: float = 0.2  # Poisson arrivals of new sessions
+    system_prompt_tokens: int = 3_000  # shared by every session
+    toolsets: int = 4  # distinct tool-schema sets; each session uses one
+    tool_schema_tokens: int = 2_000  # per toolset, shared by the sessions that use it
+    turns: float = 10.0  # mean model calls per session (geometric)
+    first_user_tokens: int = 1_500  # the task statement
+    output_tokens: int = 300  # mean generated tokens per call
+    tool_result_tokens: int = 1_200  # mean tokens a tool call appends
+    user_tokens: int = 200  # mean tokens a human turn appends
+    tool_call_prob: float = 0.75  # a call is followed by a tool call; otherwise by a human approval / reply
+    tool_pause_s: float = 4.0  # mean pause while a tool runs (exponential)
+    human_pause_median_s: float = 60.0  # median human approval time (log-normal)
+    human_pause_sigma: float = 1.2  # log-normal shape of human pauses
+    max_context: int = 131_072  # a session ends once its context would pass this
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS  # tokens per hashed block
+
+
+def synthetic_agent_trace(seed: int = 0, workload: AgentWorkload | None = None, **overrides) -> Trace:
+    """A seeded agent workload: shared system prompt + tool schemas, growing history, tool calls and human
+    approvals that pause a session for a drawn time (so both prefix reuse and TTL expiry happen).
+
+    Block ids follow Mooncake's convention: a full block's id names its content and everything before it,
+    so blocks inside the system prompt are shared by all sessions, blocks inside the tool schemas by the
+    sessions with that toolset, and history blocks by the turns of one session; a partly filled last block
+    gets a fresh id each time (its content changes as the history grows)."""
+    w = workload or AgentWorkload()
+    if overrides:
+        from dataclasses import replace
+        bad = [k for k in overrides if k not in AgentWorkload.__dataclass_fields__]
+        if bad:
+            raise ParameterError(f"unknown synthetic workload knob {bad[0]!r}")
+        w = replace(w, **overrides)
+    if w.sessions < 1 or w.turns < 1 or w.block_tokens < 1 or w.session_rate_per_s <= 0:
+        raise ParameterError("synthetic workload: sessions, turns, block_tokens and session_rate_per_s must be positive")
+    rng = np.random.default_rng(seed)
+    B = w.block_tokens
+    shared = w.system_prompt_tokens
+    keys: dict[tuple, int] = {}
+    reqs = []  # (time, session, input, output, blocks)
+    start = 0.0
+    fresh = 0
+    for s in range(w.sessions):
+        start += rng.exponential(1 / w.session_rate_per_s)
+        tools = int(rng.integers(w.toolsets)) if w.toolsets else 0
+        prefix_end = shared + (w.tool_schema_tokens if w.toolsets else 0)
+        ctx = prefix_end + max(1, int(rng.exponential(w.first_user_tokens)))
+        n_turns = int(rng.geometric(1 / w.turns))
+        t = start
+        for _ in range(n_turns):
+            if ctx > w.max_context:
+                break
+            out = max(1, int(rng.exponential(w.output_tokens)))
+            blocks = []
+            for k in range(-(-ctx // B)):
+                end = (k + 1) * B
+                if end > ctx:  # partial last block: content still changing
+                    key = ("p", fresh)
+                    fresh += 1
+                elif end <= shared:
+                    key = ("s", k)
+                elif end <= prefix_end:
+                    key = ("t", tools, k)
+                else:
+                    key = ("u", s, k)
+                blocks.append(keys.setdefault(key, len(keys)))
+            reqs.append((t, s, ctx, out, blocks))
+            if rng.random() < w.tool_call_prob:
+                t += rng.exponential(w.tool_pause_s)
+                ctx += out + max(1, int(rng.exponential(w.tool_result_tokens)))
+            else:
+                t += rng.lognormal(math.log(w.human_pause_median_s), w.human_pause_sigma)
+                ctx += out + max(1, int(rng.exponential(w.user_tokens)))
+    reqs.sort(key=lambda r: r[0])
+    offs = np.cumsum([0] + [len(r[4]) for r in reqs])
+    ids = np.fromiter((b for r in reqs for b in r[4]), np.int64, int(offs[-1]))
+    ts = np.array([r[0] for r in reqs])
+    return Trace("synthetic", ts - ts[0], np.array([r[2] for r in reqs], np.int64),
+                 np.array([r[3] for r in reqs], np.int64), offs.astype(np.int64), _dense(ids), B,
+                 np.array([r[1] for r in reqs], np.int64), source=f"kvlab synthetic agent workload, seed {seed}")
+
+
+def session_pauses(trace: Trace) -> np.ndarray:
+    """[P] seconds between consecutive requests of the same session (needs session ids)."""
+    if trace.session_ids is None:
+        raise ParameterError(f"trace {trace.name!r} has no session ids")
+    order = np.lexsort((trace.timestamps, trace.session_ids))
+    s, t = trace.session_ids[order], trace.timestamps[order]
+    same = s[1:] == s[:-1]
+    return (t[1:] - t[:-1])[same]
+
+
+def pause_exceeds(trace: Trace, ttls_s) -> np.ndarray:
+    """Share of a session's follow-up turns whose preceding pause is longer than each TTL."""
+    p = np.sort(session_pauses(trace))
+    return 1.0 - np.searchsorted(p, np.asarray(ttls_s, float), side="right") / max(len(p), 1)

@@ -1,0 +1,24 @@
+"""Notebook 06 through papermill with small parameters; recorded results against kvlab's own numbers."""
+import papermill as pm
+import pytest
+
+from kvlab.capacity import plan
+from nbutil import run_notebook
+
+
+def test_small_run_records_exact_capacity(tmp_path):
+    r = run_notebook("06", tmp_path, models=["qwen3-8b", "deepseek-v4.1-flash"], gpus=["H100"], contexts=[32_768],
+                     prefix_hit_rates=[0.0, 0.5], ttls_s=[60], synthetic_sessions=20, checklist_gpu="H100",
+                     checklist_context=100_000)
+    assert r["sessions_per_gpu"]["qwen3-8b|H100|32768"] == plan("qwen3-8b", "H100", 32_768).sessions_per_gpu == 10
+    assert r["sessions_per_gpu"]["deepseek-v4.1-flash|H100|32768"] == plan("deepseek-v4.1-flash", "H100",
+                                                                           32_768).sessions_per_gpu
+    assert r["prefix_sweep_sessions"]["qwen3-8b|0.5"] >= 2 * r["prefix_sweep_sessions"]["qwen3-8b|0.0"]
+    assert abs(r["vllm_over_exact"]["qwen3-8b|32768"] - 1) < 1e-3
+    assert 0 <= r["ttl_replay_probability"]["60"] <= 1
+    assert r["checklist_sessions_per_gpu"] > 0
+
+
+def test_bad_parameter_stops_early(tmp_path):
+    with pytest.raises(pm.PapermillExecutionError, match="parameter gpus must be one of"):
+        run_notebook("06", tmp_path, gpus=["A100"])
