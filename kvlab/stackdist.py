@@ -9,11 +9,14 @@ With prev[i] the previous access to the same block, the distance is
 (the accesses in between minus the repeats among them). The second term counts, for each reuse,
 the earlier reuses whose own previous access is later than its own: an inversion count per element,
 computed bit by bit (a wavelet-matrix pass) with O(N) numpy work per bit, so O(N log N) in all with no
-Python loop over accesses.
+Python loop over accesses. Where numba is available the same distances come from a compiled Fenwick-tree
+pass (kvlab.lru_kernels), which is several times faster; the numpy path stays as the fallback.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from . import lru_kernels
 
 
 def previous_access(ids: np.ndarray) -> np.ndarray:
@@ -59,7 +62,16 @@ def earlier_greater(y: np.ndarray) -> np.ndarray:
 
 
 def stack_distances(ids: np.ndarray, prev: np.ndarray | None = None) -> np.ndarray:
-    """LRU stack distance of every access (-1 for a block's first access).  [N] -> [N]"""
+    """LRU stack distance of every access (-1 for a block's first access).  [N] -> [N]
+    With numba, a compiled Fenwick-tree pass (kvlab.lru_kernels; `prev` is then unused), else the
+    vectorized inversion count below."""
+    if lru_kernels.ENABLED:
+        return lru_kernels.stack_distances(ids)[1]
+    return _stack_distances_numpy(ids, prev)
+
+
+def _stack_distances_numpy(ids: np.ndarray, prev: np.ndarray | None = None) -> np.ndarray:
+    """stack_distances from previous accesses and an inversion count (numpy only)."""
     prev = previous_access(ids) if prev is None else prev
     reuse = np.flatnonzero(prev >= 0)  # positions that reuse a block
     p = prev[reuse]

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import lru_kernels
 from .engines import allocate
 from .errors import ParameterError
 from .hardware import get_gpu
@@ -192,8 +193,11 @@ class LruIndex:
     def build(cls, trace: Trace) -> "LruIndex":
         _check_trace(trace)
         ids = trace.block_ids
-        prev = previous_access(ids)
-        d = stack_distances(ids, prev)
+        if lru_kernels.ENABLED:
+            prev, d = lru_kernels.stack_distances(ids)
+        else:
+            prev = previous_access(ids)
+            d = stack_distances(ids, prev)
         req = trace.request_of_access
         big = int(d.max()) + 2 if len(d) else 1
         v = np.where(d < 0, big - 1, d)
@@ -203,16 +207,62 @@ class LruIndex:
                    np.cumsum(cold) - cold)
 
 
-def simulate_lru_fast(trace: Trace, tiers: Tiers, index: LruIndex | None = None) -> SimResult:
-    """LRU over exclusive tiers from stack distances (vectorized; an `index` built once serves every
-    configuration of the same trace)."""
+def _check_lru_fast(trace: Trace, tiers: Tiers):
     _check_trace(trace)
+    if math.isfinite(tiers.ttl_s) and tiers.capacity_blocks[2] > 0:
+        raise ParameterError("the vectorized LRU path supports a DRAM TTL only without an SSD tier; "
+                             "use simulate_sequential")
+
+
+def _moved_and_evicted(tiers: Tiers, demoted, hit_blocks, ttl_on: bool) -> tuple[dict, int | None]:
+    """Bytes moved between tiers ("src->dst") and blocks dropped past the last tier, from the blocks pushed
+    out of each tier (demoted [3]) and the prefix hits per tier (promotions)."""
+    caps = tiers.capacity_blocks
+    bb = tiers.block_bytes
+    active = [i for i in range(3) if caps[i] > 0]
+    moved, evicted = {}, None
+    for k, src in enumerate(active):
+        n = int(demoted[src])
+        if k + 1 < len(active):
+            moved[f"{TIERS[src]}->{TIERS[active[k + 1]]}"] = n * bb
+        elif not ttl_on or src == 0:
+            evicted = n
+    for i in (1, 2):
+        moved[f"{TIERS[i]}->hbm"] = int(hit_blocks[i]) * bb
+    return {k: v for k, v in moved.items() if v or k in ("dram->hbm", "ssd->hbm")}, evicted
+
+
+def simulate_lru_fast(trace: Trace, tiers: Tiers, index: LruIndex | None = None) -> SimResult:
+    """LRU over exclusive tiers, equal to `simulate_sequential` with policy "lru". With numba
+    (kvlab.lru_kernels) a compiled block-by-block pass over linked-list tiers, which needs no index
+    (`index` is then unused); without it, the vectorized stack-distance path, where an `index` built
+    once serves every configuration of the same trace."""
+    if lru_kernels.ENABLED:
+        return _simulate_lru_jit(trace, tiers)
+    return _simulate_lru_numpy(trace, tiers, index)
+
+
+def _simulate_lru_jit(trace: Trace, tiers: Tiers) -> SimResult:
+    """simulate_lru_fast through the compiled tier kernel."""
+    _check_lru_fast(trace, tiers)
+    caps = tiers.capacity_blocks
+    ttl_on = math.isfinite(tiers.ttl_s) and caps[1] > 0
+    transfer_s = tiers.transfer_s()
+    hit_blocks, hit_tokens, req_hit, transfer, demoted, stale = lru_kernels.tiered_lru(
+        trace.block_ids, trace.block_offsets, trace.input_tokens, trace.timestamps, trace.block_tokens, caps,
+        tiers.ttl_s if ttl_on else math.inf, ttl_on, transfer_s)
+    moved, evicted = _moved_and_evicted(tiers, demoted, hit_blocks, ttl_on)
+    ttft = (trace.input_tokens - req_hit) / tiers.prefill_tokens_per_s + transfer
+    return SimResult("lru", tiers, len(trace), trace.n_accesses, hit_blocks, hit_tokens,
+                     int(trace.input_tokens.sum()), req_hit, ttft, moved, evicted, int(stale))
+
+
+def _simulate_lru_numpy(trace: Trace, tiers: Tiers, index: LruIndex | None = None) -> SimResult:
+    """simulate_lru_fast from stack distances (vectorized numpy)."""
+    _check_lru_fast(trace, tiers)
     ix = LruIndex.build(trace) if index is None else index
     d, prev = ix.dist, ix.prev
     caps = tiers.capacity_blocks
-    if math.isfinite(tiers.ttl_s) and caps[2] > 0:
-        raise ParameterError("the vectorized LRU path supports a DRAM TTL only without an SSD tier; "
-                             "use simulate_sequential")
     active = [i for i in range(3) if caps[i] > 0]
     bounds = np.cumsum([caps[i] for i in active])
     # the region of the stack each access finds its block in (len(active): beyond the last tier, or cold)
@@ -233,23 +283,12 @@ def simulate_lru_fast(trace: Trace, tiers: Tiers, index: LruIndex | None = None)
         e = ix.prefix_dist
         hit = (e >= 0) & (e < bounds[-1])  # every block up to this one is within the cache
     # demotions: an access from below boundary k shifts the block at position k - 1 across it
-    moved = {}
-    bb = tiers.block_bytes
-    evicted = None
+    demoted = np.zeros(3, np.int64)
     for k, b in enumerate(bounds):
-        n = int(np.count_nonzero((cold | (d >= b)) & (ix.seen >= b)))
-        src = TIERS[active[k]]
-        if k + 1 < len(active):
-            moved[f"{src}->{TIERS[active[k + 1]]}"] = n * bb
-        elif not ttl_on or active[k] == 0:
-            evicted = n
-    th = tier[hit]
-    hit_blocks = np.bincount(th, minlength=4)[:3]
-    for i in (1, 2):
-        moved[f"{TIERS[i]}->hbm"] = int(hit_blocks[i]) * bb
-    found = tier < 3
-    stale = int(np.count_nonzero(found)) - int(hit_blocks.sum())
-    moved = {k: v for k, v in moved.items() if v or k in ("dram->hbm", "ssd->hbm")}
+        demoted[active[k]] = np.count_nonzero((cold | (d >= b)) & (ix.seen >= b))
+    hit_blocks = np.bincount(tier[hit], minlength=4)[:3]
+    stale = int(np.count_nonzero(tier < 3)) - int(hit_blocks.sum())
+    moved, evicted = _moved_and_evicted(tiers, demoted, hit_blocks, ttl_on)
     return _finish("lru", tiers, trace, tier, hit, ix.req, moved, evicted, stale, ix.tok)
 
 
