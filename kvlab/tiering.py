@@ -11,8 +11,9 @@ request = recomputed tokens / prefill throughput + hit blocks' transfer from the
 Two engines give the same answers where both apply (tests hold them equal):
   `simulate_lru_fast`  LRU only: exclusive LRU tiers with demote-on-evict and promote-on-hit behave as one
                        LRU stack cut into regions (HBM = the top C1 positions, DRAM the next C2, SSD the
-                       next C3), so stack distances (kvlab.stackdist) give every access's tier at once.
-                       TTL is supported when there is no SSD tier.
+                       next C3). With numba, a compiled block-by-block pass over that stack as a linked list
+                       (kvlab.lru_kernels); without it, stack distances (kvlab.stackdist) give every
+                       access's tier at once (numpy). TTL is supported when there is no SSD tier.
   `simulate_sequential` any policy (lru, lfu), TTL with SSD: one block at a time, dictionaries and heaps.
 """
 from __future__ import annotations
@@ -468,7 +469,7 @@ def reuse_ratio(trace: Trace, warmup: float = 0.0) -> dict:
 def ttl_sweep(trace: Trace, model, ttls_s, hbm_gb: float, dram_gb: float, gpu="H100", **kw) -> list[dict]:
     """Hit rates and recomputed tokens against the host-DRAM TTL (LRU, no SSD; math.inf = no TTL)."""
     out = []
-    ix = LruIndex.build(trace)
+    ix = None if lru_kernels.ENABLED else LruIndex.build(trace)  # the compiled path needs no index
     for ttl in ttls_s:
         t = make_tiers(model, hbm_gb, dram_gb, 0.0, gpu=gpu, block_tokens=trace.block_tokens, ttl_s=ttl, **kw)
         r = simulate_lru_fast(trace, t, ix)

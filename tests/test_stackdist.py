@@ -4,7 +4,8 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from kvlab.stackdist import earlier_greater, hit_curve, previous_access, stack_distances
+from kvlab import lru_kernels
+from kvlab.stackdist import _stack_distances_numpy, earlier_greater, hit_curve, previous_access, stack_distances
 
 
 def lru_hits(ids, cap):
@@ -44,3 +45,20 @@ def test_matches_ordereddict_lru(seed):
     caps = list(range(1, 45))
     _, hits = hit_curve(d, caps)
     assert hits.tolist() == [lru_hits(ids.tolist(), c) for c in caps]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_numpy_path_matches_ordereddict_lru(seed):
+    ids = np.random.default_rng(seed).integers(0, 30, 400)
+    _, hits = hit_curve(_stack_distances_numpy(ids), range(1, 35))
+    assert hits.tolist() == [lru_hits(ids.tolist(), c) for c in range(1, 35)]
+
+
+@pytest.mark.skipif(not lru_kernels.ENABLED, reason="numba not available")
+@pytest.mark.parametrize("seed", range(3))
+def test_fenwick_kernel_equals_numpy_path(seed):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(-50, 3000, 5000) * 7  # negative and sparse ids are renumbered first
+    prev, dist = lru_kernels.stack_distances(ids)
+    assert np.array_equal(prev, previous_access(ids))
+    assert np.array_equal(dist, _stack_distances_numpy(ids)) and (dist > 100).any()

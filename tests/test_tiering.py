@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 
 from kvlab.cli import main
+from kvlab import lru_kernels
 from kvlab.errors import ParameterError
-from kvlab.tiering import (Tiers, make_tiers, prefix_hit_curve, reuse_ratio, simulate, simulate_lru_fast,
-                           simulate_sequential)
+from kvlab.stackdist import _stack_distances_numpy, stack_distances
+from kvlab.tiering import (Tiers, _simulate_lru_jit, _simulate_lru_numpy, make_tiers, prefix_hit_curve, reuse_ratio,
+                           simulate, simulate_lru_fast, simulate_sequential)
 from kvlab.traces import Trace, _dense, have_trace, load_trace, synthetic_agent_trace
 
 BB = 100  # bytes per block in the hand-made tiers
@@ -171,3 +173,56 @@ def test_ttl_sweep_is_monotone():
     rows = ttl_sweep(tr, "deepseek-v4.1-flash", [5, 60, 600, math.inf], 0.01, 1.0)
     shares = [r["recomputed_share"] for r in rows]
     assert shares == sorted(shares, reverse=True) and shares[0] > shares[-1]
+
+
+def random_trace(seed: int, requests: int = 150, pool: int = 60, scale: int = 1):
+    """Requests of 1-8 blocks drawn from a small pool (repeats within a request included), each
+    block partly filled at the end, with random gaps; ids multiplied by `scale` (sparse when > 1)."""
+    rng = np.random.default_rng(seed)
+    n = rng.integers(0, 9, requests)  # some requests read no blocks
+    offs = np.concatenate(([0], np.cumsum(n))).astype(np.int64)
+    ids = rng.integers(0, pool, int(offs[-1])).astype(np.int64) * scale
+    inp = np.where(n > 0, n * 16 - rng.integers(0, 16, requests), 0).astype(np.int64)
+    ts = np.cumsum(rng.exponential(3.0, requests))
+    return Trace("random", ts - ts[0], inp, np.ones(requests, np.int64), offs, ids, 16)
+
+
+ENGINE_CASES = [((3, 0, 0), math.inf), ((2, 3, 4), math.inf), ((1, 0, 5), math.inf), ((4, 6, 0), 6.0),
+                ((1, 1, 1), math.inf), ((7, 20, 0), 2.0), ((50, 0, 0), math.inf), ((2, 0, 0), 1.0)]
+
+
+@pytest.mark.skipif(not lru_kernels.ENABLED, reason="numba not available")
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("caps, ttl", ENGINE_CASES)
+def test_compiled_equals_numpy_and_reference(seed, caps, ttl):
+    tr = random_trace(seed)
+    t = Tiers(16, 1000, caps, (1e12, 1e9, 1e8), ttl, 1e4)
+    jit, ref = _simulate_lru_jit(tr, t), simulate_sequential(tr, t)
+    res = [jit, _simulate_lru_numpy(tr, t), ref]
+    sums = [r.summary() for r in res]
+    if math.isfinite(ttl) and caps[1]:  # the reference also counts capacity drops from an expiring DRAM
+        for s in sums:
+            s.pop("evicted_blocks")
+    assert sums[0] == sums[2] and sums[1] == sums[2]
+    for r in res[:2]:
+        assert np.array_equal(r.ttft_s, ref.ttft_s) and np.array_equal(r.request_hit_tokens, ref.request_hit_tokens)
+    assert jit.hit_blocks.sum() > 0 and jit.stale_blocks + jit.hit_blocks.sum() <= jit.accesses
+
+
+@pytest.mark.skipif(not lru_kernels.ENABLED, reason="numba not available")
+@pytest.mark.parametrize("scale", [1, 10**12])
+def test_compiled_path_takes_any_ids(scale):
+    # sparse ids (10**12 apart) are renumbered before the kernel; dense ones are indexed directly
+    tr = random_trace(7, scale=scale)
+    t = Tiers(16, 1000, (3, 4, 5), (1e12, 1e9, 1e8), math.inf, 1e4)
+    assert _simulate_lru_jit(tr, t).summary() == simulate_sequential(tr, t).summary()
+    assert np.array_equal(stack_distances(tr.block_ids), _stack_distances_numpy(tr.block_ids))
+
+
+@pytest.mark.skipif(not lru_kernels.ENABLED, reason="numba not available")
+@pytest.mark.parametrize("caps", [(2, 3, 4), (5, 0, 0)])
+def test_compiled_equals_numpy_on_synthetic(caps):
+    tr = synthetic_agent_trace(seed=3, sessions=12, block_tokens=256)
+    t = Tiers(256, 1000, caps, (1e12, 1e9, 1e8), math.inf, 1e4)
+    a, b = _simulate_lru_jit(tr, t), _simulate_lru_numpy(tr, t)
+    assert a.summary() == b.summary() and np.array_equal(a.ttft_s, b.ttft_s)
