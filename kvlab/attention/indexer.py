@@ -36,7 +36,8 @@ def select_topk(scores: torch.Tensor, k: int, valid: torch.Tensor | None = None)
         raise SelectionError(f"top-k = {k} is larger than the pool of {scores.shape[-1]} positions")
     if valid is not None:
         scores = scores.masked_fill(~valid, float("-inf"))
-    v, idx = scores.topk(k, dim=-1)
+    v, idx = scores.sort(dim=-1, descending=True, stable=True)  # ties (ReLU zeros) go to the earlier position
+    v, idx = v[..., :k], idx[..., :k]
     return torch.where(torch.isfinite(v), idx, torch.full_like(idx, -1))
 
 
@@ -49,7 +50,7 @@ def candidate_pool(scores: torch.Tensor, blocks: int, block_size: int) -> torch.
     nb = -(-n // block_size)
     pad = scores.new_full((*scores.shape[:-1], nb * block_size - n), float("-inf"))
     bs = torch.cat([scores, pad], -1).unflatten(-1, (nb, block_size)).amax(-1)  # [..., nb]
-    top = bs.topk(min(blocks, nb), dim=-1).indices.sort(-1).values  # [..., b]
+    top = bs.sort(dim=-1, descending=True, stable=True).indices[..., :min(blocks, nb)].sort(-1).values  # [..., b]
     pos = (top[..., None] * block_size + torch.arange(block_size)).flatten(-2)  # [..., b * block_size]
     return torch.where(pos < n, pos, torch.full_like(pos, -1))
 

@@ -111,6 +111,13 @@ class Stack:
                 torch.randn(H, generator=g), _lin(g, H * D, h), _lin(g, h, 2 * h), _lin(g, h, 2 * h), _lin(g, 2 * h, h),
                 comp, icomp, _lin(g, h, cfg.index_heads * cfg.index_dim) if p.indexed else None,
                 _lin(g, h, cfg.index_heads) if p.indexed else None))
+        # the layer whose indexer chooses the capped candidate pool (V4.1: candidate_source_layer_id, a Full
+        # layer of the decoder half); the layers reading its entries select within that pool
+        real = self.spec.config.get("candidate_source_layer_id")
+        ratio = None if real is None else cfg.ratio_map.get(self.spec.compress_ratios[real],
+                                                            self.spec.compress_ratios[real])
+        self.cand_src = next((p.index for p in self.plan if p.stores and p.indexed and p.ratio
+                              and (ratio is None or p.ratio == ratio)), None)
         self.reset()
 
     # --- state ------------------------------------------------------------------------------
@@ -144,7 +151,7 @@ class Stack:
             raise SelectionError(f"token ids must lie in [0, {self.cfg.vocab})")
         x = self.embed[ids]  # [B, S, hidden]
         sel: dict[int, torch.Tensor] = {}  # layer -> selection [B, S, k] made this call (for Reuse layers)
-        pool: torch.Tensor | None = None  # capped candidate entries chosen this call
+        pool: torch.Tensor | None = None  # [B, S, N] candidate pool of each query, chosen this call
         for p, w in zip(self.plan, self.weights):
             a, sel_p, pool = self._attention(p, w, rms_norm(x), replay, sel, pool)
             sel[p.index] = sel_p
@@ -190,13 +197,14 @@ class Stack:
             elif p.indexed and n:
                 qi = (x @ w.wq_idx).view(b, s, cfg.index_heads, cfg.index_dim)
                 sc = index_scores(qi, x @ w.w_idx, self.index[src].read())  # [B, S, N]
-                if cfg.candidate_blocks is not None:
-                    if pool is None:  # chosen once per call, on the first indexed layer, from the last query
-                        pool = candidate_pool(sc[:, -1].masked_fill(~valid[:, -1], float("-inf")),
-                                              cfg.candidate_blocks, cfg.candidate_block_size)
-                    inpool = torch.zeros(b, n, dtype=torch.bool)
-                    inpool.scatter_(1, pool.clamp_min(0), pool >= 0)
-                    valid = valid & inpool[:, None]
+                if cfg.candidate_blocks is not None and src == self.cand_src:
+                    if p.index == src:  # the candidate source chooses each query's pool; its readers reuse it
+                        cand = candidate_pool(sc.masked_fill(~valid, float("-inf")), cfg.candidate_blocks,
+                                              cfg.candidate_block_size)  # [B, S, P]
+                        pool = torch.zeros(b, s, n + 1, dtype=torch.bool)
+                        pool.scatter_(2, torch.where(cand >= 0, cand, n), True)
+                        pool = pool[..., :n]  # [B, S, N]
+                    valid = valid & pool
                 idx = select_topk(sc, min(cfg.index_topk, n), valid)
             elif n:  # HCA: every complete entry
                 idx = torch.where(valid, torch.arange(n), -1)
