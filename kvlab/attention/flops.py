@@ -81,12 +81,12 @@ def decode_flops(model: str | ModelSpec, tokens: int, dense: bool = False, cap: 
         raise SelectionError(f"unknown cap scenario {cap!r}; choose one of {', '.join(CAPS)}")
     if tokens < 1:
         raise SelectionError(f"tokens must be >= 1, got {tokens}")
+    plan = model_plan(spec)
     H, D, h = spec.num_heads, spec.head_dim, spec.hidden_size
     hi, di, W = spec.index_n_heads, spec.index_head_dim, spec.sliding_window
     per_key = 4 * H * D
     score = 2 * hi * di + 2 * hi  # one entry scored by the indexer
     wts = weight_flops(spec)
-    plan = model_plan(spec)
     if dense:
         return DecodeFlops(tokens, len(plan) * per_key * tokens, 0.0, 0.0, wts)
     topk = spec.index_topk
