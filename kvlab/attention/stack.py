@@ -95,6 +95,8 @@ class Stack:
         self.cfg, self.dense = cfg, dense
         self.plan = cfg.plan()
         self.spec = load_model(cfg.model)
+        c = self.spec.config
+        self.theta = (float(c.get("rope_theta", 10000.0)), float(c.get("compress_rope_theta", 160000.0)))  # main, compress
         g = torch.Generator().manual_seed(cfg.seed)
         h, H, D = cfg.hidden, cfg.heads, cfg.head_dim
         self.embed = torch.randn(cfg.vocab, h, generator=g)
@@ -103,7 +105,7 @@ class Stack:
         for p in self.plan:
             stores = p.stores and p.ratio > 0
             comp = Compressor.random(h, D, p.ratio, p.mode in ("csa", "full"), cfg.rope_dim,
-                                     seed=cfg.seed * 1000 + 2 * p.index + 1) if stores else None
+                                     seed=cfg.seed * 1000 + 2 * p.index + 1, rope_theta=self.theta[1]) if stores else None
             icomp = Compressor.random(h, cfg.index_dim, p.ratio, True, 0, seed=cfg.seed * 1000 + 2 * p.index + 2) \
                 if stores and p.indexed else None
             self.weights.append(LayerWeights(
@@ -167,9 +169,10 @@ class Stack:
         cfg = self.cfg
         b, s, _ = x.shape
         qpos = torch.arange(self.pos, self.pos + s)  # absolute positions of the queries
+        theta = self.theta[1] if p.ratio else self.theta[0]  # V4: compressed layers use compress_rope_theta throughout
         q = (x @ w.wq).view(b, s, cfg.heads, cfg.head_dim).transpose(1, 2)  # [B, H, S, D]
-        q = apply_rope(rms_norm(q), qpos, cfg.rope_dim)
-        kv = apply_rope(rms_norm(x @ w.wkv, w.kv_norm), qpos, cfg.rope_dim)  # [B, S, D]
+        q = apply_rope(rms_norm(q), qpos, cfg.rope_dim, theta)
+        kv = apply_rope(rms_norm(x @ w.wkv, w.kv_norm), qpos, cfg.rope_dim, theta)  # [B, S, D]
         store = self.swa[p.index]
         prev = store.read()
         prev = prev.expand(b, -1, -1) if prev.shape[1] == 0 else prev
@@ -209,7 +212,7 @@ class Stack:
             elif n:  # HCA: every complete entry
                 idx = torch.where(valid, torch.arange(n), -1)
         o = sparse_attention(q, ent, ent, idx, sinks=w.sinks, extra=extra)  # [B, H, S, D]
-        o = apply_rope(o, qpos, cfg.rope_dim, inverse=True)  # K=V carried RoPE: undo it on the output
+        o = apply_rope(o, qpos, cfg.rope_dim, theta, inverse=True)  # K=V carried RoPE: undo it on the output
         return o.transpose(1, 2).reshape(b, s, -1) @ w.wo, idx, pool
 
     @torch.no_grad()
