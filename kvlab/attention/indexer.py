@@ -24,8 +24,9 @@ def index_scores(q_idx: torch.Tensor, weights: torch.Tensor, k_idx: torch.Tensor
     same("index query width", q_idx.shape[-1], "index key width", k_idx.shape[-1])
     same("index weights heads", weights.shape[-1], "index query heads", q_idx.shape[2])
     h, d = q_idx.shape[2], q_idx.shape[3]
-    s = torch.relu(torch.einsum("bshd,bnd->bshn", q_idx.float(), k_idx.float())) / math.sqrt(d)  # [B, S, H, N]
-    return (s * (weights.float() / math.sqrt(h))[..., None]).sum(2)
+    s = torch.relu(torch.matmul(q_idx.float(), k_idx.float().unsqueeze(1).transpose(-1, -2)))  # [B, S, H, N]
+    w = weights.float() / (math.sqrt(h) * math.sqrt(d))  # [B, S, H]
+    return torch.matmul(w.unsqueeze(-2), s).squeeze(-2)  # sum over heads: [B, S, N]
 
 
 def select_topk(scores: torch.Tensor, k: int, valid: torch.Tensor | None = None) -> torch.Tensor:
@@ -57,10 +58,10 @@ def candidate_pool(scores: torch.Tensor, blocks: int, block_size: int) -> torch.
 
 def gather_positions(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """x [B, Hkv, N, D], idx [B, S, k] (-1 = none, read as 0) -> [B, Hkv, S, k, D]."""
-    b, h, n, d = x.shape
-    s, k = idx.shape[1], idx.shape[2]
-    i = idx.clamp_min(0)[:, None, :, :, None].expand(b, h, s, k, d)
-    return torch.gather(x[:, :, None].expand(b, h, s, n, d), 3, i)
+    b, h, _, d = x.shape
+    i = idx.clamp_min(0)
+    rows = [x[j].index_select(1, i[j].flatten()) for j in range(b)]  # [Hkv, S * k, D] each
+    return torch.stack(rows).view(b, h, idx.shape[1], idx.shape[2], d)
 
 
 def sparse_attention(q, k, v, idx, scale: float | None = None, sinks: torch.Tensor | None = None,
@@ -73,25 +74,27 @@ def sparse_attention(q, k, v, idx, scale: float | None = None, sinks: torch.Tens
     need_dims("idx", idx, 3, "[B, S, k]")
     same("idx queries", idx.shape[1], "q length", q.shape[2])
     same("q head_dim", q.shape[-1], "k head_dim", k.shape[-1])
-    heads = q.shape[1]
-    scale = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
-    rep = heads // k.shape[1]
-    ks = gather_positions(k.float(), idx).repeat_interleave(rep, dim=1)  # [B, H, S, k, D]
-    vs = gather_positions(v.float(), idx).repeat_interleave(rep, dim=1)  # [B, H, S, k, Dv]
-    logits = torch.einsum("bhsd,bhskd->bhsk", q.float(), ks) * scale  # [B, H, S, k]
+    b, heads, s, d = q.shape
+    hkv, k_n = k.shape[1], idx.shape[2]
+    scale = scale if scale is not None else 1 / math.sqrt(d)
+    qg = q.float().view(b, hkv, heads // hkv, s, d)  # [B, Hkv, G, S, D]: no copies of the shared keys
+    ks, vs = gather_positions(k.float(), idx), gather_positions(v.float(), idx)  # [B, Hkv, S, k, D]
+    logits = torch.einsum("bhgsd,bhskd->bhgsk", qg, ks).reshape(b, heads, s, k_n) * scale  # [B, H, S, k]
     logits = logits.masked_fill((idx < 0)[:, None], float("-inf"))
     parts = [logits]
     if extra is not None:
         k2, v2, m2 = extra
-        l2 = torch.matmul(q.float(), expand_kv(k2, heads).float().transpose(-1, -2)) * scale  # [B, H, S, M]
+        l2 = torch.matmul(qg, k2.float()[:, :, None].transpose(-1, -2)).reshape(b, heads, s, -1) * scale  # [B, H, S, M]
         if m2 is not None:
             l2 = l2.masked_fill(~(m2 if m2.dim() == 2 else m2[:, None]), float("-inf"))
         parts.append(l2)
     if sinks is not None:
-        parts.append(sinks.float().view(1, -1, 1, 1).expand(q.shape[0], -1, q.shape[2], 1))
+        parts.append(sinks.float().view(1, -1, 1, 1).expand(b, -1, s, 1))
     p = torch.softmax(torch.cat(parts, -1), -1)
-    out = torch.einsum("bhsk,bhskd->bhsd", p[..., :idx.shape[2]], vs)
+    pg = p.view(b, hkv, heads // hkv, s, -1)  # [B, Hkv, G, S, k + M (+1)]
+    out = torch.einsum("bhgsk,bhskd->bhgsd", pg[..., :k_n], vs)
     if extra is not None:
         m = extra[0].shape[2]
-        out = out + torch.matmul(p[..., idx.shape[2]:idx.shape[2] + m], expand_kv(extra[1], heads).float())
+        out = out + torch.matmul(pg[..., k_n:k_n + m], extra[1].float()[:, :, None])
+    out = out.reshape(b, heads, s, -1)
     return out
