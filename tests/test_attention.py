@@ -16,6 +16,15 @@ from kvlab.models import load_model
 TOL = 1e-5  # float32 paths that only reorder sums
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one torch thread avoids thread contention on a shared 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def rand(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 

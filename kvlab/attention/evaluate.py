@@ -234,3 +234,13 @@ def needle_sweep(mechanism: str, fmt: str, lengths, depths, setup: EvalSetup | N
         for j, t in enumerate(lengths):
             out[i, j] = sum(run(mechanism, problem(setup, t, sd, d), setup, fmt)["needle"] for sd in seeds) / len(seeds)
     return out
+
+
+def pareto(rows: list[dict], x: str = "bytes", y: str = "rel_error") -> list[dict]:
+    """The rows no other row beats on both `x` and `y` (smaller is better), sorted by `x`."""
+    front, best = [], float("inf")
+    for r in sorted(rows, key=lambda r: (r[x], r[y])):
+        if r[y] < best:
+            front.append(r)
+            best = r[y]
+    return front

@@ -121,3 +121,24 @@ def growth(model: str | ModelSpec, lo: int = 4096, hi: int = 1 << 20, part: str 
     """decode_flops(hi) / decode_flops(lo) for `part` ("total" or "context")."""
     a, b = decode_flops(model, lo, **kw), decode_flops(model, hi, **kw)
     return getattr(b, part) / getattr(a, part)
+
+
+# The layouts the notebook and claim compare: label -> (model, dense, cap)
+LAYOUTS = {
+    "dense (V4.1 dims, full cache)": ("deepseek-v4.1-flash", True, "none"),
+    "V4-Flash": ("deepseek-v4-flash", False, "none"),
+    "V4.1-Flash, no cap": ("deepseek-v4.1-flash", False, "none"),
+    "V4.1-Flash, cap (pool scored per entry)": ("deepseek-v4.1-flash", False, "positions"),
+    "V4.1-Flash, cap (pool scored per block)": ("deepseek-v4.1-flash", False, "blocks"),
+}
+
+
+def flops_table(lengths, layouts: dict | None = None) -> list[dict]:
+    """One row per (layout, context length): FLOPs of one decode token by part."""
+    rows = []
+    for label, (model, dense, cap) in (layouts or LAYOUTS).items():
+        for t in lengths:
+            f = decode_flops(model, int(t), dense=dense, cap=cap)
+            rows.append(dict(layout=label, tokens=int(t), attention=f.attention, indexer=f.indexer,
+                             compression=f.compression, weights=f.weights, total=f.total))
+    return rows

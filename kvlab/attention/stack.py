@@ -263,3 +263,40 @@ class Stack:
         for i, s in enumerate(self.swa):
             s._data = tensors[str(i)]
         return st
+
+
+@torch.no_grad()
+def compare_decoding(cfg: StackConfig, prompt: int, steps: int, seed: int = 0) -> dict:
+    """Prefill `prompt` random tokens then decode `steps` more (teacher forced) with the compressed stack and
+    its dense reference (same weights); the mean KL of next-token distributions and the bytes each holds."""
+    need_int("prompt", prompt)
+    need_int("steps", steps)
+    ids = torch.randint(0, cfg.vocab, (1, prompt + steps), generator=torch.Generator().manual_seed(seed))
+    out = {}
+    for name, dense in (("sparse", False), ("dense", True)):
+        s = Stack(cfg, dense)
+        first = s.prefill(ids[:, :prompt])
+        out[name] = torch.cat([first[:, None], s.decode(ids[:, prompt:prompt + steps - 1])], 1)[0]  # [steps, V]
+        out[f"{name}_bytes"] = s.cache_bytes()["total"]
+    from .metrics import logits_kl
+    return dict(kl=logits_kl(out["dense"], out["sparse"]), sparse_bytes=out["sparse_bytes"],
+                dense_bytes=out["dense_bytes"],
+                top1_agree=float((out["dense"].argmax(-1) == out["sparse"].argmax(-1)).float().mean()))
+
+
+@torch.no_grad()
+def replay_experiment(cfg: StackConfig, prompt: int, ttl: float, idle: float, seed: int = 0) -> dict:
+    """Offload the windows after a prompt, come back after `idle` seconds: a hit restores them, a miss
+    replays the last `window` tokens. Reports the replay cost and the next-token KL against no offload."""
+    from .metrics import logits_kl
+    ids = torch.randint(0, cfg.vocab, (1, prompt + 1), generator=torch.Generator().manual_seed(seed))
+    ref = Stack(cfg)
+    ref.prefill(ids[:, :prompt])
+    want = ref.decode(ids[:, prompt:])[:, 0]
+    s = Stack(cfg)
+    s.prefill(ids[:, :prompt])
+    s.offload_windows(0.0, ttl)
+    st = s.restore_windows(idle)
+    got = s.decode(ids[:, prompt:])[:, 0]
+    return dict(miss=st.stats.misses == 1, replayed_tokens=st.stats.replayed_tokens, replay_flops=st.stats.replay_flops,
+                prefill_flops=prompt * s.flops_per_token(), kl=logits_kl(want, got))

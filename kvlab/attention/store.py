@@ -27,7 +27,8 @@ def roundtrip(x: torch.Tensor, fmt: str | Format) -> torch.Tensor:
     except ImportError:  # the reference quantizers (issue 3) are not in this tree
         raise CacheFormatError(f"format {f.name} needs kvlab.quant.quantize (reference quantizers); "
                                f"only {', '.join(_CASTS)} work without it") from None
-    return quantize(x.float(), f).dequantize().to(torch.float32)
+    pad = f.scope == "block" and x.shape[-1] % f.block != 0  # a partial last block (its scale is still stored)
+    return quantize(x.float(), f, pad=pad).dequantize().to(torch.float32)
 
 
 @dataclass
