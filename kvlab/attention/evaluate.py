@@ -121,12 +121,19 @@ def _store(x: torch.Tensor, fmt: str, role: str) -> tuple[torch.Tensor, KVStore]
     return torch.stack(out, 1), stores
 
 
-def _spread(ranges: list[tuple[int, int]], tokens: int) -> torch.Tensor:
-    """[n, T]: row i spreads one unit of mass evenly over tokens [a, b)."""
-    m = torch.zeros(len(ranges), tokens)
-    for i, (a, b) in enumerate(ranges):
-        m[i, a:b] = 1.0 / (b - a)
-    return m
+def _spread(mass: torch.Tensor, ranges: torch.Tensor, tokens: int) -> torch.Tensor:
+    """Token distribution [T]: mass[i] spread evenly over tokens ranges[i] = [a, b) (a difference array)."""
+    a, b = ranges[:, 0], ranges[:, 1]
+    d = torch.zeros(tokens + 1)
+    per = mass / (b - a).float()
+    d.index_add_(0, a, per)
+    d.index_add_(0, b, -per)
+    return d.cumsum(0)[:tokens]
+
+
+def _tokens(t: torch.Tensor) -> torch.Tensor:
+    """Ranges [n, 2] of single tokens."""
+    return torch.stack([t, t + 1], 1)
 
 
 def run(mech: str, p: Problem, setup: EvalSetup, fmt: str = "bf16") -> dict:
@@ -141,11 +148,11 @@ def run(mech: str, p: Problem, setup: EvalSetup, fmt: str = "bf16") -> dict:
     recall = None
     if mech == "dense":
         keys, vals = p.k, p.v
-        ranges = [(t, t + 1) for t in range(T)]
         read = torch.arange(T)
+        ranges = _tokens(read)
     elif mech == "window":
         keys, vals = p.k[:, :, win], p.v[:, :, win]
-        ranges = [(int(t), int(t) + 1) for t in win]
+        ranges = _tokens(win)
         read = win
     elif mech in ("topk", "capped"):
         kidx, st = _store(p.k[:, :1] @ p.proj, fmt, "index")
@@ -164,19 +171,20 @@ def run(mech: str, p: Problem, setup: EvalSetup, fmt: str = "bf16") -> dict:
         sel = sel[sel >= 0]
         recall = recall_at_k(sel[None], p_ref, s.topk)
         keys, vals = p.k[:, :, sel], p.v[:, :, sel]
-        ranges = [(int(t), int(t) + 1) for t in sel]
+        ranges = _tokens(sel)
         read = sel
     else:  # csa / hca: compressed entries (+ indexer top-k for csa) + the window
         m, overlap = (s.csa_ratio, True) if mech == "csa" else (s.hca_ratio, False)
         ek, ev = pool_keys(p.k, m, overlap), pool_keys(p.v, m, overlap)  # [1, Hkv, N, D]
         n = ek.shape[2]
-        span = [(max(0, (e - 1) * m) if overlap else e * m, (e + 1) * m) for e in range(n)]
+        e = torch.arange(n)
+        span = torch.stack([((e - 1) * m).clamp_min(0) if overlap else e * m, (e + 1) * m], 1)  # [N, 2] tokens pooled
         if mech == "csa" and n:
             kidx, st = _store(pool_keys(p.k[:, :1] @ p.proj, m, True), fmt, "index")
             stores += st
             sc = index_scores(p.q_idx, p.w_idx, kidx[:, 0])[0]  # [1, N]
             sel = select_topk(sc, min(s.topk, n))[0]
-            mass_e = torch.stack([p_ref[0, e * m:(e + 1) * m].sum() for e in range(n)])[None]  # [1, N]
+            mass_e = p_ref[0, :n * m].view(n, m).sum(-1)[None]  # [1, N] dense mass per window
             recall = recall_at_k(sel[None], mass_e, min(s.topk, n))
         else:
             sel = torch.arange(n)
@@ -190,11 +198,8 @@ def run(mech: str, p: Problem, setup: EvalSetup, fmt: str = "bf16") -> dict:
         stores += st
         keys = torch.cat([ek[:, :, sel], wk], 2)
         vals = torch.cat([ev[:, :, sel], wv], 2)
-        ranges = [span[int(e)] for e in sel] + [(int(t), int(t) + 1) for t in win]
-        covered = torch.zeros(T, dtype=torch.bool)
-        for a, b in ranges:
-            covered[a:b] = True
-        read = torch.nonzero(covered).flatten()
+        ranges = torch.cat([span[sel], _tokens(win)])
+        read = torch.nonzero(_spread(torch.ones(len(ranges)), ranges, T) > 0).flatten()  # tokens covered
     if mech not in ("csa", "hca"):  # token-level mechanisms: K and V through the format
         keys, st = _store(keys, fmt, "k")
         stores += st
@@ -202,7 +207,7 @@ def run(mech: str, p: Problem, setup: EvalSetup, fmt: str = "bf16") -> dict:
         stores += st
     out = dense_attention(p.q, keys, vals)
     p_virtual = attention_probs(p.q, keys).mean(1)[0, 0]  # [n]
-    p_tok = p_virtual @ _spread(ranges, T)  # [T]
+    p_tok = _spread(p_virtual, ranges, T)  # [T]
     res = dict(mechanism=mech, format=fmt, tokens=T, rel_error=rel_error(ref, out), cosine=cosine(ref, out),
                kl=kl(p_tok[None], p_ref), recall=recall, mass=mass_covered(read[None], p_ref),
                bytes=sum(x.nbytes for x in stores))
