@@ -194,9 +194,7 @@ class KVCache:
             if not len(rows):
                 continue
             x = torch.randn(min(pool, len(rows)), c.copies, c.entry.elements, generator=g).to(self.device)
-            packed = self._encode(st, x)  # [pool, row B]
-            reps = -(-len(rows) // len(packed))
-            st.write(rows, packed.repeat(reps, 1)[:len(rows)])
+            st.write_tiled(self._encode(st, x))  # [pool, row B] tiled over every row held
         self.tokens = tokens
 
     # --- reading ----------------------------------------------------------------------------------

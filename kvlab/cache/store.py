@@ -62,6 +62,13 @@ class RowBuffer:
         """rows [k, row_bytes] into slots [k] (row indices)."""
         self._rows()[slots // self.per_page, slots % self.per_page] = rows
 
+    def write_range(self, start: int, rows: torch.Tensor) -> None:
+        """rows [k, row_bytes] into slots start .. start + k - 1 (no index tensors for exact storage)."""
+        if self.per_page == 1:
+            self.data[start:start + len(rows)] = rows
+        else:
+            self.write(torch.arange(start, start + len(rows), device=self.device), rows)
+
     def read(self, slots: torch.Tensor) -> torch.Tensor:
         """Rows at slots [k] -> [k, row_bytes]."""
         return self._rows()[slots // self.per_page, slots % self.per_page]
@@ -137,6 +144,17 @@ class ComponentStore:
     def write(self, rows_idx: torch.Tensor, packed: torch.Tensor) -> None:
         """packed uint8 [k, row_bytes] at logical rows [k]."""
         self.buf.write(self.slots(rows_idx), packed)
+
+    def write_tiled(self, packed: torch.Tensor, chunk: int = 1 << 16) -> None:
+        """Fill every live row with `packed` [p, row_bytes] repeated, a chunk at a time (bounded temporaries)."""
+        rows = self.live_rows()
+        if self.kind == "window":  # at most one window: index writes
+            tiles = packed.repeat(-(-len(rows) // len(packed)), 1)[:len(rows)]
+            self.buf.write(self.slots(rows), tiles)
+            return
+        block = packed.repeat(max(1, chunk // len(packed)), 1)  # [~chunk, row B]
+        for a in range(0, len(rows), len(block)):
+            self.buf.write_range(a, block[:len(rows) - a])
 
     def read_packed(self) -> torch.Tensor:
         """Packed rows held, oldest first: uint8 [k, row_bytes]."""
