@@ -1,0 +1,121 @@
+"""QuantizedTensor: one result type for every format (packed codes, scale bytes, decode)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ..formats import Format
+from .e2m1 import decode_e2m1, unpack_bits
+from .fp8 import decode_fp8
+from .mx import e8m0_to_float
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def decode_scale_bytes(b: torch.Tensor, element) -> torch.Tensor:
+    """Scale bytes uint8 [..., k * width] of one scale type -> fp32 [..., k]."""
+    b = b.contiguous()
+    if element.name in ("e4m3", "e5m2"):
+        return decode_fp8(b, element)
+    if element.kind == "pow2":
+        return e8m0_to_float(b)
+    return b.view(TORCH_DTYPES[element.name]).float()
+
+
+@dataclass
+class QuantizedTensor:
+    """A tensor stored in a kvlab.formats format. Quantization runs along the last dim: each
+    vector of the last dim is one entry with its own scales (blocks never cross vectors), except
+    integer groups with axis "channel" (KIVI keys: G tokens of one channel share a scale)."""
+
+    fmt: Format  # the number format (sizes come from its table entry)
+    shape: tuple[int, ...]  # shape of the original tensor [*lead, D]
+    dtype: torch.dtype  # dtype of the original tensor; dequantize() returns it
+    codes: torch.Tensor  # uint8 [*lead, fmt.data_bytes(D)]: packed element codes (even element in the low bits)
+    scales: torch.Tensor  # uint8: per-entry scale bytes [*lead, fmt.scale_bytes(D)] (int: scale then zero point per
+    #                       group; channel axis [*lead[:-1], T/G, D * width]); the FP32 scale [4] for per-tensor formats
+    global_scale: torch.Tensor | None = None  # uint8 [4]: FP32 second-level decode scale (nvfp4_2level)
+    axis: str = "token"  # "token" (groups along the last dim) or "channel" (int groups over G tokens, dim -2)
+    options: dict = field(default_factory=dict)  # recipe / scale_rule used (kept for the record)
+
+    @property
+    def nbytes(self) -> int:
+        """Stored bytes: codes + scales (+ second-level scale); equals the formats table's bytes."""
+        return self.codes.numel() + self.scales.numel() + (0 if self.global_scale is None else self.global_scale.numel())
+
+    @property
+    def device(self) -> torch.device:
+        return self.codes.device
+
+    def element_values(self) -> torch.Tensor:
+        """Decoded element values fp32 [*lead, D] before scaling (int: the integer codes)."""
+        el, d = self.fmt.element, self.shape[-1]
+        if el.name in TORCH_DTYPES:
+            return self.codes.contiguous().view(TORCH_DTYPES[el.name]).float()
+        if el.name in ("e4m3", "e5m2"):
+            return decode_fp8(self.codes, el)
+        if el.name == "e2m1":
+            return decode_e2m1(unpack_bits(self.codes, 4, d))
+        if el.kind == "int":
+            return unpack_bits(self.codes, el.bits, d).float()
+        raise TypeError(f"cannot decode element type {el.name}")
+
+    def _per_block(self, t: torch.Tensor) -> torch.Tensor:
+        """[*lead, nb] -> [*lead, D]: repeat each block's value over its elements."""
+        return t.repeat_interleave(self.fmt.block, dim=-1)[..., : self.shape[-1]]
+
+    def _split_int_scales(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Int groups: (s, mn) fp32, broadcastable to the original shape."""
+        f = self.fmt
+        sw, zw = f.scale.bits // 8, f.zero_point.bits // 8
+        b = self.scales.reshape(*self.scales.shape[:-1], -1, sw + zw)
+        s = decode_scale_bytes(b[..., :sw], f.scale).squeeze(-1)
+        z = decode_scale_bytes(b[..., sw:], f.zero_point).squeeze(-1)
+        if self.axis == "channel":  # [*, T/G, D] -> [*, T, D]
+            return (s.repeat_interleave(f.block, dim=-2), z.repeat_interleave(f.block, dim=-2))
+        return self._per_block(s), self._per_block(z)
+
+    def element_scale(self) -> torch.Tensor:
+        """fp32 decode scale of every element (broadcastable to the shape); int: the group's s."""
+        f = self.fmt
+        if f.scope == "none":
+            s = torch.ones((), device=self.device)
+        elif f.element.kind == "int":
+            s = self._split_int_scales()[0]
+        elif f.scope == "tensor":
+            s = self.scales.contiguous().view(torch.float32).reshape(())
+        elif f.scope == "token":
+            s = decode_scale_bytes(self.scales, f.scale)  # [*lead, 1]
+        else:
+            s = self._per_block(decode_scale_bytes(self.scales, f.scale))
+        if self.global_scale is not None:
+            s = s * self.global_scale.contiguous().view(torch.float32).reshape(())
+        return s
+
+    def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """Decoded tensor of the original shape, in `dtype` (default: the input's dtype)."""
+        dtype = dtype or self.dtype
+        if self.codes.numel() == 0:
+            return torch.zeros(self.shape, dtype=dtype, device=self.device)
+        v = self.element_values()
+        if self.fmt.element.kind == "int":
+            s, z = self._split_int_scales()
+            out = v * s + z
+        elif self.fmt.scope == "none":
+            out = v
+        else:
+            out = v * self.element_scale()
+        return out.reshape(self.shape).to(dtype)
+
+    def step(self) -> torch.Tensor:
+        """Per-element quantization step: the group's s (int) or the spacing of the element
+        grid's top binade times the element's scale (floats); RNE error is at most step / 2
+        unless a value was clipped."""
+        el = self.fmt.element
+        if el.kind == "int":
+            return self.element_scale().expand(self.shape)
+        top = 2.0 ** (math.floor(math.log2(el.max)) - el.man_bits)  # spacing of the top binade
+        return (self.element_scale() * top).expand(self.shape)
+
