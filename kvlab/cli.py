@@ -10,7 +10,7 @@ import sys
 from .errors import KvlabError
 
 # Modules that add their own subcommands: each defines register(subparsers).
-EXTRA_COMMANDS: list[str] = []
+EXTRA_COMMANDS: list[str] = ["kvlab.measure_cmd"]
 
 
 class ArgError(Exception):
