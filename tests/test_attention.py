@@ -266,3 +266,29 @@ def test_stack_dense_reference_and_replay():
     assert st.stats.replay_flops == 8 * sparse3.flops_per_token() > 0
     assert logits_kl(ref[:, 0], sparse3.decode(ids[:, 40:41])[:, 0]) < 0.5  # approximate: a truncated window
     assert sparse3.pos == 41 and len(sparse3.tokens) == 41
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "nvfp4", "mxfp4", "int4", "fp8_e4m3_b64_ue8m0"])
+def test_packed_store_holds_the_same_values(fmt):
+    """The packed backend (kvlab.cache bytes) decodes to exactly what the unpacked one keeps."""
+    x = rand(1, 9, 32, seed=7)
+    a, b = KVStore(32, fmt, "swa", window=4), KVStore(32, fmt, "swa", window=4, packed=True)
+    assert torch.equal(a.append(x[:, :5]), b.append(x[:, :5]))
+    a.append(x[:, 5:])
+    b.append(x[:, 5:])
+    assert torch.equal(a.read(), b.read()) and b.entries == 4
+    from kvlab.formats import get_format
+    assert b.nbytes == a.nbytes == 4 * get_format(fmt).entry_bytes(32)  # held bytes == the formats table
+    with pytest.raises(AttentionShapeError, match="one sequence"):
+        b.append(rand(2, 1, 32))
+
+
+def test_stack_reads_packed_caches():
+    f = {"main": "nvfp4", "index": "mxfp4", "swa": "fp8_e4m3_b64_ue8m0"}
+    ids = torch.randint(0, 128, (1, 40), generator=torch.Generator().manual_seed(3))
+    outs = []
+    for packed in (False, True):
+        s = Stack(StackConfig(hidden=32, head_dim=16, window=6, index_topk=4, formats=f, packed=packed))
+        s.prefill(ids[:, :36])
+        outs.append((s.decode(ids[:, 36:]), s.cache_bytes()))
+    assert torch.equal(outs[0][0], outs[1][0]) and outs[0][1] == outs[1][1]

@@ -46,6 +46,7 @@ class StackConfig:
     vocab: int = 128  # vocabulary size
     seed: int = 0  # weight seed
     formats: dict = field(default_factory=dict)  # role (main, index, swa, kv) -> kvlab format; default bf16
+    packed: bool = True  # caches hold packed bytes (kvlab.cache) that attention decodes on read; batch 1
 
     def __post_init__(self):
         for name in ("layers", "hidden", "heads", "head_dim", "index_heads", "index_dim", "window", "index_topk",
@@ -127,11 +128,12 @@ class Stack:
         cfg, f = self.cfg, self.cfg.formats
         self.pos = 0  # tokens processed
         self.tokens: list[torch.Tensor] = []  # token ids seen ([B] each), for replay
+        pk = cfg.packed
         self.swa = [KVStore(cfg.head_dim, f.get("kv" if self.dense else "swa", "bf16"), "kv" if self.dense else "swa",
-                            None if self.dense else cfg.window) for _ in self.plan]
-        self.main = {p.index: KVStore(cfg.head_dim, f.get("main", "bf16"), "main") for p in self.plan
+                            None if self.dense else cfg.window, pk) for _ in self.plan]
+        self.main = {p.index: KVStore(cfg.head_dim, f.get("main", "bf16"), "main", packed=pk) for p in self.plan
                      if p.stores and p.ratio and not self.dense}
-        self.index = {p.index: KVStore(cfg.index_dim, f.get("index", "bf16"), "index") for p in self.plan
+        self.index = {p.index: KVStore(cfg.index_dim, f.get("index", "bf16"), "index", packed=pk) for p in self.plan
                       if p.stores and p.indexed and p.ratio and not self.dense}
         self.comp_state = {p.index: CompressorState(self.weights[p.index].comp) for p in self.plan if p.index in self.main}
         self.icomp_state = {p.index: CompressorState(self.weights[p.index].index_comp) for p in self.plan
@@ -237,10 +239,10 @@ class Stack:
 
     def offload_windows(self, now: float, ttl: float) -> WindowState:
         """Move every layer's window buffer to host memory with a TTL (seconds)."""
-        st = WindowState(self.cfg.window, ttl, {str(i): s._data for i, s in enumerate(self.swa)})
+        st = WindowState(self.cfg.window, ttl, {str(i): s.state() for i, s in enumerate(self.swa)})
         st.offload(now)
         for s in self.swa:
-            s._data = None
+            s.drop_state()
         self.window_state = st
         return st
 
@@ -257,11 +259,11 @@ class Stack:
                 s.clear()
             self.forward(torch.stack(self.tokens[-n:], 1), replay=True)
             assert self.pos == end
-            return {str(i): s._data for i, s in enumerate(self.swa)}, n, n * self.flops_per_token()
+            return {str(i): s.state() for i, s in enumerate(self.swa)}, n, n * self.flops_per_token()
 
         tensors = st.fetch(now, replay)
         for i, s in enumerate(self.swa):
-            s._data = tensors[str(i)]
+            s.load_state(tensors[str(i)])
         return st
 
 
