@@ -268,15 +268,17 @@ class Stack:
 
 
 @torch.no_grad()
-def compare_decoding(cfg: StackConfig, prompt: int, steps: int, seed: int = 0) -> dict:
-    """Prefill `prompt` random tokens then decode `steps` more (teacher forced) with the compressed stack and
-    its dense reference (same weights); the mean KL of next-token distributions and the bytes each holds."""
+def compare_decoding(cfg: StackConfig, prompt: int, steps: int, seed: int = 0, dense: bool = False,
+                     reference: StackConfig | None = None) -> dict:
+    """Prefill `prompt` random tokens then decode `steps` more (teacher forced) with the stack (compressed, or
+    dense=True) and a dense reference (`reference`, default the same config: same weights); the mean KL of
+    next-token distributions and the bytes each holds."""
     need_int("prompt", prompt)
     need_int("steps", steps)
     ids = torch.randint(0, cfg.vocab, (1, prompt + steps), generator=torch.Generator().manual_seed(seed))
     out = {}
-    for name, dense in (("sparse", False), ("dense", True)):
-        s = Stack(cfg, dense)
+    for name, c, d in (("sparse", cfg, dense), ("dense", reference or cfg, True)):
+        s = Stack(c, d)
         first = s.prefill(ids[:, :prompt])
         out[name] = torch.cat([first[:, None], s.decode(ids[:, prompt:prompt + steps - 1])], 1)[0]  # [steps, V]
         out[f"{name}_bytes"] = s.cache_bytes()["total"]
