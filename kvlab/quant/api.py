@@ -40,6 +40,23 @@ def _encode(d: torch.Tensor, fmt: Format) -> torch.Tensor:
     return encode_e2m1(d) if fmt.element.name == "e2m1" else encode_fp8(d, fmt.element)
 
 
+def _supported(fmt: Format) -> bool:
+    """Element / scale combinations this package quantizes."""
+    el, sc = fmt.element.name, (fmt.scale.name if fmt.scale else None)
+    plain = ("fp32", "fp16", "bf16")
+    if fmt.scope == "none":
+        return fmt.element.kind != "pow2"
+    if fmt.element.kind == "int":
+        return sc in plain and fmt.zero_point is not None and fmt.zero_point.name in plain
+    if el not in ("e2m1", "e4m3", "e5m2") or fmt.zero_point is not None:
+        return False
+    if sc == "e4m3":  # NVFP4-style E4M3 block scales
+        return el == "e2m1" and fmt.scope == "block"
+    if fmt.scale.kind == "pow2":  # E8M0 block scales (MX)
+        return fmt.scope == "block"
+    return sc in plain and (fmt.tensor_scale is None)
+
+
 def _check(x, fmt: Format, recipe, scale_rule, scale, global_scale, axis) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"quantize: x must be a torch.Tensor, got {type(x).__name__}")
@@ -47,8 +64,9 @@ def _check(x, fmt: Format, recipe, scale_rule, scale, global_scale, axis) -> Non
         raise TypeError(f"quantize: x has dtype {x.dtype}; expected float32, bfloat16 or float16")
     if x.dim() == 0:
         raise QuantizeError("quantize: x is a 0-dim scalar; quantization runs along the last dimension")
-    if fmt.element.kind == "pow2":
-        raise QuantizeError(f"quantize: {fmt.name} is a scale type, not an element format")
+    if not _supported(fmt):
+        raise QuantizeError(f"quantize: no quantizer for {fmt.name} ({fmt.element.name} elements with "
+                            f"{fmt.scale.name if fmt.scale else 'no'} scales)")
     if recipe not in RECIPES:
         raise ParameterError(f"quantize: unknown recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
     if recipe != "torchao" and fmt.scale is not None and fmt.scale.name != "e4m3":
@@ -121,6 +139,8 @@ def quantize(x: torch.Tensor, fmt: str | Format, *, recipe: str = "torchao", sca
         if fmt.tensor_scale is not None:
             g = torch.as_tensor(global_scale, dtype=torch.float32, device=x.device) if global_scale is not None \
                 else global_scale_from_amax(finite_amax(xf))
+            if not bool(torch.isfinite(g)) or float(g) <= 0:
+                raise ParameterError(f"quantize: global_scale must be a finite positive number, got {float(g)}")
         sb, codes = quantize_nvfp4_blocks(xb, recipe, g)
     elif fmt.scale.kind == "pow2":
         sb, codes = quantize_mx_blocks(xb, el, opts["scale_rule"])

@@ -3,8 +3,10 @@
 Encoding (OCP MX spec; values 0, .5, 1, 1.5, 2, 3, 4, 6): code = sign bit (bit 3) + 3 magnitude
 bits. Rounding is to nearest with ties to the even code, and it saturates: anything above 5
 (including +-Inf) becomes +-6. The sign is taken from the float's sign bit, so -0.0 and small
-negatives that round to zero give code 0x8. NaN gives 0x3 with its sign bit (torchao's
-`f32_to_f4_unpacked` does the same; ml_dtypes gives 0x8 for +NaN instead; formats.md).
+negatives that round to zero give code 0x8. NaN follows torchao's `f32_to_f4_unpacked`, whose
+normal-range bit arithmetic runs on the NaN's bits: magnitude 2, 3 or 4 depending on the
+payload (0x3 for the default quiet NaN 0x7FC00000, 0x4 for the 0x7FF00000 that an E4M3 NaN
+scale becomes), with its sign bit. ml_dtypes gives 0x8 for +NaN instead (formats.md).
 """
 from __future__ import annotations
 
@@ -13,39 +15,56 @@ import torch
 # Magnitude codes 0..7 decode to these values.
 E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 # Midpoints between neighbouring magnitudes. A tie goes to the even code, so midpoints
-# whose upper neighbour has an even code are moved one float down: then "count of
-# boundaries strictly below |x|" (torch.bucketize, right=False) is the RNE code.
+# whose upper neighbour has an even code are moved one float down: then the number of
+# boundaries strictly below |x| is the RNE code (and saturation at 6 comes for free).
 _MIDPOINTS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
-_CACHE: dict[tuple[str, torch.device], torch.Tensor] = {}
+_CACHE: dict[torch.device, torch.Tensor] = {}  # decode tables per device
 
 
-def _table(kind: str, device: torch.device) -> torch.Tensor:
-    key = (kind, device)
-    if key not in _CACHE:
-        if kind == "bounds":
-            mids = torch.tensor(_MIDPOINTS, dtype=torch.float32)
-            up_even = torch.tensor([(i + 1) % 2 == 0 for i in range(7)])
-            t = torch.where(up_even, torch.nextafter(mids, torch.zeros(())), mids)
-        else:  # signed decode table for all 16 codes
-            v = torch.tensor(E2M1_VALUES, dtype=torch.float32)
-            t = torch.cat([v, -v])
-        _CACHE[key] = t.to(device)
-    return _CACHE[key]
+def _bounds() -> list[float]:
+    mids = torch.tensor(_MIDPOINTS, dtype=torch.float32)
+    up_even = torch.tensor([(i + 1) % 2 == 0 for i in range(7)])
+    return torch.where(up_even, torch.nextafter(mids, torch.zeros(())), mids).tolist()
 
 
-def encode_e2m1(x: torch.Tensor) -> torch.Tensor:
-    """fp32 -> E2M1 codes, one per uint8 (low nibble), RNE and saturating."""
+BOUNDS = _bounds()  # fp32 values (exact as Python floats)
+
+
+def _table(device: torch.device) -> torch.Tensor:
+    """Signed decode table for all 16 codes, cached per device."""
+    if device not in _CACHE:
+        v = torch.tensor(E2M1_VALUES, dtype=torch.float32)
+        _CACHE[device] = torch.cat([v, -v]).to(device)
+    return _CACHE[device]
+
+
+def encode_e2m1(x: torch.Tensor, has_nan: bool | None = None) -> torch.Tensor:
+    """fp32 -> E2M1 codes, one per uint8 (low nibble), RNE and saturating.
+    `has_nan`: whether x may hold NaN (None: check); callers that know skip a pass."""
     x = x.float()
-    sign = (torch.bitwise_right_shift(x.view(torch.int32), 28) & 8).to(torch.uint8)
     a = x.abs()
-    mag = torch.bucketize(a, _table("bounds", x.device), out_int32=True).to(torch.uint8)
-    mag = torch.where(torch.isnan(a), 3, mag).to(torch.uint8)
-    return mag | sign
+    mag = torch.gt(a, BOUNDS[0]).view(torch.uint8)  # count of boundaries below |x|
+    for b in BOUNDS[1:]:
+        mag += torch.gt(a, b).view(torch.uint8)
+    if has_nan is None or has_nan:
+        nan = torch.isnan(a)
+        if bool(nan.any()):
+            mag[nan] = _nan_codes(x[nan])
+    return mag | torch.bitwise_left_shift(torch.signbit(x).view(torch.uint8), 3)
+
+
+def _nan_codes(x: torch.Tensor) -> torch.Tensor:
+    """torchao's code for NaN inputs: its normal-path rounding applied to the NaN's bits
+    (exponent rebias by 126, round-half-even adder, take the top bits, keep the low byte)."""
+    u = x.view(torch.int32) & 0x7FFFFFFF
+    odd = torch.bitwise_right_shift(u, 22) & 1
+    v = torch.bitwise_right_shift(u - (126 << 23) + ((1 << 21) - 1) + odd, 22)
+    return (v & 0xFF).to(torch.uint8)
 
 
 def decode_e2m1(codes: torch.Tensor) -> torch.Tensor:
     """E2M1 codes (uint8, low nibble) -> fp32 values."""
-    return _table("values", codes.device)[(codes & 0xF).long()]
+    return _table(codes.device)[(codes & 0xF).long()]
 
 
 def pack_bits(codes: torch.Tensor, bits: int) -> torch.Tensor:

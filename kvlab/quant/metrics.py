@@ -11,14 +11,19 @@ from .tensor import QuantizedTensor
 def _pair(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if x.shape != y.shape:
         raise ValueError(f"metrics: shapes differ: {tuple(x.shape)} vs {tuple(y.shape)}")
-    return x.double(), y.double()
+    return x.float(), y.float()
+
+
+def _sumsq(t: torch.Tensor) -> float:
+    """sum t^2, accumulated in fp64."""
+    return float(torch.sum(t * t, dtype=torch.float64))
 
 
 def sqnr(x: torch.Tensor, y: torch.Tensor) -> float:
     """Signal-to-quantization-noise ratio in dB: 10 log10(sum x^2 / sum (x - y)^2); inf if equal."""
     x, y = _pair(x, y)
-    noise = float(((x - y) ** 2).sum())
-    signal = float((x**2).sum())
+    noise = _sumsq(x - y)
+    signal = _sumsq(x)
     if noise == 0:
         return math.inf
     return 10 * math.log10(signal / noise) if signal > 0 else -math.inf
@@ -27,13 +32,13 @@ def sqnr(x: torch.Tensor, y: torch.Tensor) -> float:
 def rel_error(x: torch.Tensor, y: torch.Tensor) -> float:
     """||x - y|| / ||x|| (Frobenius)."""
     x, y = _pair(x, y)
-    return float(torch.linalg.vector_norm(x - y) / torch.linalg.vector_norm(x))
+    return math.sqrt(_sumsq(x - y) / _sumsq(x))
 
 
 def cosine(x: torch.Tensor, y: torch.Tensor) -> float:
     """Cosine similarity of the flattened tensors."""
     x, y = _pair(x, y)
-    return float(torch.nn.functional.cosine_similarity(x.flatten(), y.flatten(), dim=0))
+    return float(torch.sum(x * y, dtype=torch.float64)) / math.sqrt(_sumsq(x) * _sumsq(y))
 
 
 def max_step_error(x: torch.Tensor, q: QuantizedTensor) -> float:
@@ -46,8 +51,8 @@ def max_step_error(x: torch.Tensor, q: QuantizedTensor) -> float:
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d)) v in fp64: q [..., Tq, D], k [..., T, D], v [..., T, Dv] -> [..., Tq, Dv]."""
-    q, k, v = q.double(), k.double(), v.double()
+    """softmax(q k^T / sqrt(d)) v in fp32: q [..., Tq, D], k [..., T, D], v [..., T, Dv] -> [..., Tq, Dv]."""
+    q, k, v = q.float(), k.float(), v.float()
     w = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1)
     return w @ v
 
@@ -58,7 +63,7 @@ def attention_error(k: torch.Tensor, v: torch.Tensor, k_hat: torch.Tensor, v_hat
     q defaults to `queries` seeded Gaussian queries scaled like the keys."""
     if q is None:
         gen = torch.Generator().manual_seed(seed)
-        q = torch.randn(*k.shape[:-2], queries, k.shape[-1], generator=gen, dtype=torch.float64)
-        q = (q * k.double().std()).to(k.device)
+        q = torch.randn(*k.shape[:-2], queries, k.shape[-1], generator=gen)
+        q = q.to(k.device) * k.float().std()
     ref = attention(q, k, v)
     return rel_error(ref, attention(q, k_hat, v_hat))

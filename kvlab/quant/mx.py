@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import ParameterError
+
 from ..formats import Element
 from .e2m1 import encode_e2m1
 from .fp8 import encode_fp8
@@ -31,20 +33,21 @@ def e8m0_to_float(b: torch.Tensor) -> torch.Tensor:
     return torch.where(bi == 255, torch.full((), float("nan"), device=b.device), f)
 
 
-def _encode(d: torch.Tensor, element: Element) -> torch.Tensor:
-    return encode_e2m1(d) if element.name == "e2m1" else encode_fp8(d, element)
+def _encode(d: torch.Tensor, element: Element, has_nan: bool | None = None) -> torch.Tensor:
+    return encode_e2m1(d, has_nan) if element.name == "e2m1" else encode_fp8(d, element)
 
 
 def quantize_mx_blocks(xb: torch.Tensor, element: Element, rule: str = "floor") -> tuple[torch.Tensor, torch.Tensor]:
     """Blocks fp32 [..., nb, k] -> (E8M0 bytes uint8 [..., nb], element codes uint8 [..., nb, k])."""
-    amax = xb.abs().amax(dim=-1, keepdim=True)  # [..., nb, 1]
+    amax = xb.abs().amax(dim=-1, keepdim=True)  # [..., nb, 1]; NaN if the block holds one
+    has_nan = bool(torch.isnan(amax).any())
     if rule == "floor":
         exp = torch.bitwise_right_shift(amax.view(torch.int32), 23) & 0xFF
         e = (exp - 127 - EMAX[element.name]).clamp(-127, 128)
         b = (e + 127).to(torch.uint8)
         b = torch.where(torch.isnan(amax), 255, b).to(torch.uint8)
         div = torch.bitwise_left_shift(b.to(torch.int32), 23).view(torch.float32).clamp(min=2.0**-126)
-        codes = _encode(xb / div, element)
+        codes = _encode(xb / div, element, has_nan)
     elif rule == "rceil":
         descale = amax / element.max
         normal = (torch.ceil(torch.log2(descale)).clamp(-127, 127) + 127).to(torch.uint8)
@@ -54,7 +57,7 @@ def quantize_mx_blocks(xb: torch.Tensor, element: Element, rule: str = "floor") 
         rcp = torch.where(b == 0, torch.ones((), device=b.device), rcp)
         rcp = torch.where(b == 254, torch.full((), 2.0**-127, device=b.device), rcp)
         rcp = torch.where(b == 255, descale, rcp)
-        codes = _encode((xb * rcp).clamp(-element.max, element.max), element)
+        codes = _encode((xb * rcp).clamp(-element.max, element.max), element, has_nan)
     else:
-        raise ValueError(f"unknown MX scale rule {rule!r}; choose one of {', '.join(RULES)}")
+        raise ParameterError(f"unknown MX scale rule {rule!r}; choose one of {', '.join(RULES)}")
     return b.squeeze(-1), codes

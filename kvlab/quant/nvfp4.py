@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import ParameterError
+
 from .e2m1 import encode_e2m1
 
 RECIPES = ("torchao", "modelopt", "te")
@@ -39,27 +41,28 @@ def global_scale_from_amax(amax: torch.Tensor) -> torch.Tensor:
 def quantize_nvfp4_blocks(xb: torch.Tensor, recipe: str = "torchao",
                           global_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Blocks fp32 [..., nb, 16] -> (scale bytes uint8 [..., nb], E2M1 codes uint8 [..., nb, 16])."""
-    amax = xb.abs().amax(dim=-1)  # [..., nb]
+    amax = xb.abs().amax(dim=-1)  # [..., nb]; NaN if the block holds one
+    has_nan = bool(torch.isnan(amax).any())
     bs = amax / E2M1_MAX
     g = global_scale
     if recipe == "torchao":
         s8 = (bs if g is None else bs / g).clamp(E4M3_TINY, E4M3_MAX).to(torch.float8_e4m3fn)
         s = s8.float()
         r = (1.0 / s) if g is None else (1.0 / g) / s
-        codes = encode_e2m1(xb * r.unsqueeze(-1))
+        codes = encode_e2m1(xb * r.unsqueeze(-1), has_nan)
     elif recipe == "te":
         s8 = (bs if g is None else bs / g).clamp(max=E4M3_MAX).to(torch.float8_e4m3fn)
         s = s8.float()
         r = (1.0 / s) if g is None else (1.0 / g) / s
         r = torch.where(s == 0, torch.zeros((), device=s.device), r)
-        codes = encode_e2m1(xb * r.unsqueeze(-1))
+        codes = encode_e2m1(xb * r.unsqueeze(-1), has_nan)
     elif recipe == "modelopt":
         raw = bs if g is None else bs / g
         raw = torch.where(raw == 0, torch.ones((), device=raw.device), raw)
         s8 = raw.clamp(E4M3_SUBNORMAL_MIN, E4M3_MAX).to(torch.float8_e4m3fn)
         s = s8.float()
         d = xb / (s if g is None else s * g).unsqueeze(-1)
-        codes = encode_e2m1(d) & 7 | ((d < 0).to(torch.uint8) << 3)
+        codes = encode_e2m1(d, has_nan) & 7 | ((d < 0).to(torch.uint8) << 3)
     else:
-        raise ValueError(f"unknown NVFP4 recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
+        raise ParameterError(f"unknown NVFP4 recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
     return s8.view(torch.uint8), codes

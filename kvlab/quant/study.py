@@ -1,0 +1,135 @@
+"""The formats study behind notebook 03: KV samples, format tables, error per format.
+
+Keys and values are drawn per distribution; every format quantizes them through
+`kvlab.quant.quantize` (integer formats with KIVI's grouping: keys per channel over G tokens,
+values per token), and the errors and byte counts come from kvlab.quant.metrics and
+kvlab.formats / kvlab.layout.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..errors import KvlabError, ParameterError
+from ..formats import Format, get_format
+from ..layout import build_layout
+from ..models import catalog_names
+from .api import quantize
+from .metrics import attention_error, cosine, max_step_error, rel_error, sqnr
+
+DISTRIBUTIONS = ("gaussian", "outlier_channels", "student_t")
+OUTLIER_GAIN = 10.0  # outlier channels are this many times larger than the rest
+OUTLIER_EVERY = 32  # one outlier channel per this many channels
+
+
+def check_params(shape, distributions, formats, seed, models) -> tuple[tuple[int, int, int], list[Format], list[str]]:
+    """Validate the notebook's parameters; one ParameterError naming the bad one."""
+    if not isinstance(shape, (list, tuple)) or len(shape) != 3:
+        raise ParameterError(f"parameter shape must be [heads, tokens, head_dim], got {shape!r}")
+    for v in shape:
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ParameterError(f"parameter shape must hold positive integers, got {shape!r}")
+    if isinstance(distributions, str) or not distributions:
+        raise ParameterError(f"parameter distributions must be a non-empty list, got {distributions!r}")
+    for d in distributions:
+        if d not in DISTRIBUTIONS:
+            raise ParameterError(f"parameter distributions: {d!r} is not one of {', '.join(DISTRIBUTIONS)}")
+    if isinstance(formats, str) or not formats:
+        raise ParameterError(f"parameter formats must be a non-empty list of format names, got {formats!r}")
+    fmts = []
+    for f in formats:
+        try:
+            fmt = get_format(f)
+        except KvlabError as e:
+            raise ParameterError(f"parameter formats: {e}") from None
+        if fmt.element.kind == "int" and shape[1] % fmt.block:
+            raise ParameterError(f"parameter shape: tokens ({shape[1]}) must be a multiple of {fmt.name}'s group "
+                                 f"of {fmt.block} (KIVI groups keys over tokens)")
+        fmts.append(fmt)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ParameterError(f"parameter seed must be an integer >= 0, got {seed!r}")
+    known = catalog_names()
+    models = list(models) or known
+    for m in models:
+        if m not in known:
+            raise ParameterError(f"parameter models: {m!r} is not in the catalog ({', '.join(known)})")
+    return tuple(shape), fmts, models
+
+
+def sample_kv(shape: tuple[int, int, int], distribution: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeded K and V [heads, tokens, head_dim] fp32 of one distribution."""
+    g = torch.Generator().manual_seed(seed)
+
+    def one() -> torch.Tensor:
+        if distribution == "gaussian":
+            return torch.randn(shape, generator=g)
+        if distribution == "outlier_channels":  # a few channels much larger (as in LLM keys)
+            x = torch.randn(shape, generator=g)
+            x[..., ::OUTLIER_EVERY] *= OUTLIER_GAIN
+            return x
+        if distribution == "student_t":  # heavy tails: t with 3 degrees of freedom
+            chi2 = (torch.randn(*shape, 3, generator=g) ** 2).sum(-1)
+            return torch.randn(shape, generator=g) / torch.sqrt(chi2 / 3)
+        raise ParameterError(f"unknown distribution {distribution!r}; choose one of {', '.join(DISTRIBUTIONS)}")
+
+    return one(), one()
+
+
+def bits_per_element(fmt: Format, d: int) -> float:
+    """Stored bits per element of a d-wide vector, scales included (from the formats table)."""
+    return fmt.entry_bytes(d) * 8 / d
+
+
+def format_rows(formats: list[Format], d: int) -> list[dict]:
+    """One row per format: element, scale, bits per element and bytes of a d-wide vector."""
+    rows = []
+    for f in formats:
+        scale = "-" if f.scope == "none" else f"{f.scale.name} per {f.block if f.scope == 'block' else f.scope}"
+        if f.zero_point:
+            scale += f" + {f.zero_point.name} zero"
+        if f.tensor_scale:
+            scale += f" + {f.tensor_scale.name} per tensor"
+        rows.append({"format": f.name, "element": f.element.name, "scale": scale,
+                     "bits/element": round(bits_per_element(f, d), 4), f"bytes per {d}-vector": f.entry_bytes(d),
+                     "arithmetic": f.describe(d)})
+    return rows
+
+
+def model_rows(models: list[str], formats: list[Format]) -> list[dict]:
+    """Bytes of KV cache per token for catalog models with every component in one format."""
+    rows = []
+    for m in models:
+        row = {"model": m}
+        for f in formats:
+            row[f.name] = float(build_layout(m, kv_format=f).bytes_per_token)
+        rows.append(row)
+    return rows
+
+
+def quantize_kv(k: torch.Tensor, v: torch.Tensor, fmt: Format):
+    """(QuantizedTensor of K, of V): integer formats group keys per channel (KIVI)."""
+    if fmt.element.kind == "int":
+        return quantize(k, fmt, axis="channel", pad=True), quantize(v, fmt, pad=True)
+    return quantize(k, fmt, pad=True), quantize(v, fmt, pad=True)
+
+
+def error_rows(formats: list[Format], distributions: list[str], shape, seed: int) -> list[dict]:
+    """One row per (format, distribution): bits, SQNR of K and V, relative error, cosine,
+    max error in steps and the attention-output error."""
+    rows = []
+    for dist in distributions:
+        k, v = sample_kv(shape, dist, seed)
+        for f in formats:
+            qk, qv = quantize_kv(k, v, f)
+            kh, vh = qk.dequantize(), qv.dequantize()
+            rows.append({"format": f.name, "distribution": dist, "bits/element": bits_per_element(f, shape[-1]),
+                         "sqnr_k_db": sqnr(k, kh), "sqnr_v_db": sqnr(v, vh), "rel_error_k": rel_error(k, kh),
+                         "cosine_k": cosine(k, kh), "max_err_steps_k": max_step_error(k, qk),
+                         "attention_error": attention_error(k, v, kh, vh, seed=seed)})
+    return rows
+
+
+def finite(v: float, cap: float = 200.0) -> float:
+    """Lossless formats have infinite SQNR: cap for plotting and recording."""
+    return cap if math.isinf(v) else v
