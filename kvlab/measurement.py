@@ -81,9 +81,9 @@ def measure_cache(model, tokens: int, layout: str = "storage", kv_format=None, p
 
 
 def _pool_bytes(layout) -> int:
-    """Headroom for fill()'s temporaries: one 64-entry pool of the largest row, as float32 and index tensors."""
+    """Headroom for fill()'s temporaries: one 16-entry pool of the largest row, as float32 and index tensors."""
     rows = [c.entry.elements * c.copies for _, c in layout.components()] or [0]
-    return 64 * max(rows) * 8 + (1 << 20)
+    return 16 * max(rows) * 8 + (1 << 20)
 
 
 def _cause(rec: MemoryRecord, diff: int, rounding: int, engine, storage: int) -> str:

@@ -11,7 +11,8 @@ Compressed components (ratio m) hold one entry per m tokens. The compressor here
 for the model's learned one: each pending token's tail row is [kv, gate] (kv = the token's vector,
 twice for an overlapping CSA compressor; gate = 0), and an entry is the softmax(gate)-weighted sum
 of its tokens' kv, i.e. their mean. A partly filled entry is written as the mean so far; the
-tail keeps the raw pending rows until the m-th token closes the entry. Only the bytes are claimed
+tail keeps the raw pending rows (BF16) until the m-th token closes the entry; the stand-in reads
+every token through BF16, so entries do not depend on how tokens were chunked. Only the bytes are claimed
 faithful, not the values of the model's compressor.
 """
 from __future__ import annotations
@@ -148,11 +149,15 @@ class KVCache:
         # compressed: group tokens by entry; the first group may continue pending tokens
         m = c.ratio
         pend = self._pending_kv(s.layer, s.key, c.entry.elements)  # [t0 % m, 1, d]
+        x = x.to(torch.bfloat16).float()  # the compressor reads BF16 rows, as its tail stores them
         xs = torch.cat([pend.expand(-1, c.copies, -1), x]) if len(pend) else x  # tokens from entry start
         first = t0 // m
         n_entries = -(-(t1 - first * m) // m)
-        starts = torch.arange(n_entries, device=self.device) * m
-        means = torch.stack([xs[a:a + m].mean(0) for a in starts.tolist()])  # [E, C, d]
+        pad = n_entries * m - len(xs)
+        groups = torch.nn.functional.pad(xs, (0, 0, 0, 0, 0, pad)).reshape(n_entries, m, *xs.shape[1:])  # [E, m, C, d]
+        counts = torch.full((n_entries, 1, 1), float(m), device=self.device)
+        counts[-1] = m - pad  # the last entry may be partly filled
+        means = groups.sum(1) / counts  # [E, C, d]
         st.write(first + torch.arange(n_entries, device=self.device), self._encode(st, means))
 
     def _append_tail(self, s: Slot, inputs, t0: int, t1: int) -> None:
@@ -178,7 +183,7 @@ class KVCache:
         return codec.decode(rows, st.component.entry, st.tensor_scales)[:, 0]
 
     # --- fast fill --------------------------------------------------------------------------------
-    def fill(self, tokens: int, seed: int = 0, pool: int = 64) -> None:
+    def fill(self, tokens: int, seed: int = 0, pool: int = 16) -> None:
         """Build the state after `tokens` tokens of random content in one step (an empty cache only).
 
         Each component quantizes `pool` random entries once and tiles their bytes over every row
@@ -216,9 +221,16 @@ class KVCache:
 
     # --- bytes ------------------------------------------------------------------------------------
     def tensors(self, grows: bool | None = None) -> list[torch.Tensor]:
-        """Every tensor the cache holds (grows=True / False: growing / bounded components only)."""
-        return [t for s in self.slots if grows is None or s.component.grows == grows
-                for t in self.stores[(s.layer, s.key)].tensors()]
+        """Every tensor the cache holds. grows=True: pages of growing components; grows=False: pages of
+        bounded ones (windows, tails) and all per-tensor scales, as `Layout.session` splits them."""
+        out = []
+        for s in self.slots:
+            st = self.stores[(s.layer, s.key)]
+            if grows is None or s.component.grows == grows:
+                out.append(st.buf.data)
+            if grows is not True and st.tensor_scales:
+                out += [t for t in st.tensor_scales if t is not None]
+        return out
 
     def held_bytes(self, grows: bool | None = None) -> int:
         """Bytes the cache's tensors hold (storage bytes, deduplicated by data pointer)."""

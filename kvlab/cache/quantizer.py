@@ -36,10 +36,10 @@ def pack(x: torch.Tensor, fmt: Format, tensor_scale: torch.Tensor | None = None
 def unpack(rows: torch.Tensor, fmt: Format, n: int, tensor_scale: torch.Tensor | None = None) -> torch.Tensor:
     """uint8 [M, fmt.entry_bytes(n)] (+ per-tensor scale bytes) -> float32 [M, n]."""
     m, d = rows.shape[0], fmt.data_bytes(n)
-    codes = rows[:, :d].contiguous()
+    codes = rows[:, :d].clone()  # own storage: a part inside a row starts at any byte offset
     if fmt.scope == "tensor":
         scales, gs = tensor_scale, None
     else:
-        scales, gs = rows[:, d:].contiguous(), (tensor_scale if fmt.tensor_scale is not None else None)
+        scales, gs = rows[:, d:].clone(), (tensor_scale if fmt.tensor_scale is not None else None)
     q = QuantizedTensor(fmt=fmt, shape=(m, n), dtype=torch.float32, codes=codes, scales=scales, global_scale=gs)
     return q.dequantize(torch.float32)

@@ -145,14 +145,15 @@ class ComponentStore:
         """packed uint8 [k, row_bytes] at logical rows [k]."""
         self.buf.write(self.slots(rows_idx), packed)
 
-    def write_tiled(self, packed: torch.Tensor, chunk: int = 1 << 16) -> None:
+    def write_tiled(self, packed: torch.Tensor, chunk_bytes: int = 1 << 24) -> None:
         """Fill every live row with `packed` [p, row_bytes] repeated, a chunk at a time (bounded temporaries)."""
         rows = self.live_rows()
         if self.kind == "window":  # at most one window: index writes
             tiles = packed.repeat(-(-len(rows) // len(packed)), 1)[:len(rows)]
             self.buf.write(self.slots(rows), tiles)
             return
-        block = packed.repeat(max(1, chunk // len(packed)), 1)  # [~chunk, row B]
+        reps = max(1, min(-(-len(rows) // len(packed)), chunk_bytes // max(1, packed.numel())))
+        block = packed.repeat(reps, 1)  # [<= 16 MiB of rows, row B]
         for a in range(0, len(rows), len(block)):
             self.buf.write_range(a, block[:len(rows) - a])
 
