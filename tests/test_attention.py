@@ -292,3 +292,24 @@ def test_stack_reads_packed_caches():
         s.prefill(ids[:, :36])
         outs.append((s.decode(ids[:, 36:]), s.cache_bytes()))
     assert torch.equal(outs[0][0], outs[1][0]) and outs[0][1] == outs[1][1]
+
+
+def test_weight_free_evaluation():
+    from kvlab.attention.evaluate import EvalSetup, accuracy_table, needle_sweep, pareto, problem, run
+    setup = EvalSetup(window=16, topk=16, candidate_blocks=4, candidate_block_size=8, hca_ratio=32)
+    rows = {(r["mechanism"], r["format"]): r for r in accuracy_table(
+        ["dense", "window", "topk", "capped", "csa", "hca", "mla"], ["fp32", "nvfp4"], 512, setup)}
+    assert rows[("dense", "fp32")]["rel_error"] < 1e-5 and rows[("dense", "fp32")]["kl"] < 1e-6
+    assert rows[("mla", "fp32")]["rel_error"] < 1e-5  # absorbed over an exact latent == expanded
+    assert rows[("topk", "fp32")]["mass"] > rows[("window", "fp32")]["mass"]
+    # a pure top-k selection: KL(approx || dense) == -log(mass covered)
+    assert rows[("topk", "fp32")]["kl"] == pytest.approx(-math.log(rows[("topk", "fp32")]["mass"]), rel=1e-3)
+    assert rows[("hca", "nvfp4")]["bytes"] < rows[("dense", "nvfp4")]["bytes"] < rows[("dense", "fp32")]["bytes"]
+    heat = needle_sweep("topk", "bf16", [256], [0.5], setup)
+    assert heat.shape == (1, 1) and heat[0, 0] > 0.9
+    front = pareto(list(rows.values()))
+    assert front[0]["bytes"] == min(r["bytes"] for r in rows.values())
+    with pytest.raises(SelectionError, match="top-k = 16 is larger than the pool of 8"):
+        run("topk", problem(setup, 8), setup)
+    with pytest.raises(SelectionError, match="unknown mechanism"):
+        run("sparse", problem(setup, 64), setup)

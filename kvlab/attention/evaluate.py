@@ -26,10 +26,11 @@ from .compress import pool_keys
 from .dense import attention_probs, dense_attention
 from .indexer import candidate_pool, index_scores, select_topk
 from .metrics import cosine, kl, mass_covered, recall_at_k, rel_error
+from .mla import MLAWeights, mla_decode, mla_expanded
 from .store import KVStore
 from .window import window_positions
 
-MECHANISMS = ("dense", "window", "topk", "capped", "csa", "hca")
+MECHANISMS = ("dense", "window", "topk", "capped", "csa", "hca", "mla")  # mla: latent cache, no needle sweep
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,8 @@ def run(mech: str, p: Problem, setup: EvalSetup, fmt: str = "bf16") -> dict:
     """One mechanism on one problem: accuracy metrics against fp32 dense attention, bytes held."""
     if mech not in MECHANISMS:
         raise SelectionError(f"unknown mechanism {mech!r}; choose one of {', '.join(MECHANISMS)}")
+    if mech == "mla":
+        raise SelectionError("mla is evaluated by run_mla (a latent cache has no planted needle)")
     s, T = setup, p.k.shape[2]
     ref = dense_attention(p.q, p.k, p.v)  # [1, H, 1, D]
     p_ref = attention_probs(p.q, p.k).mean(1)[:, 0]  # [1, T] averaged over heads
@@ -216,13 +219,45 @@ def run(mech: str, p: Problem, setup: EvalSetup, fmt: str = "bf16") -> dict:
     return res
 
 
+def run_mla(setup: EvalSetup, tokens: int, seed: int = 0, fmt: str = "bf16", rank: int = 128,
+            d_rope: int = 16) -> dict:
+    """MLA decode over a latent cache [c | k_pe] stored in `fmt` (absorbed path) against the expanded path
+    in fp32 on the same latent: the error the latent's format adds (the mechanism itself is exact)."""
+    need_int("tokens", tokens)
+    s = setup
+    g = torch.Generator().manual_seed(seed)
+    w = MLAWeights.random(s.heads, rank, s.head_dim, d_rope, s.head_dim, seed=seed)
+    c, kpe = torch.randn(1, tokens, rank, generator=g), torch.randn(1, tokens, d_rope, generator=g)
+    hot = torch.randint(0, tokens, (s.hot,), generator=g)
+    qn = torch.randn(1, s.heads, 1, s.head_dim, generator=g)
+    qp = torch.randn(1, s.heads, 1, d_rope, generator=g)
+    # make attention peaked: the hot latents point where the absorbed queries look
+    q_abs = torch.einsum("bhsd,hdr->r", qn, w.wkv_b[:, :w.d_nope])
+    c[0, hot] += s.strength * q_abs / q_abs.norm() * math.sqrt(rank)
+    store = KVStore(rank + d_rope, fmt, "latent")
+    store.append(torch.cat([c, kpe], -1))
+    ref = mla_expanded(w, qn, qp, c, kpe, causal=False)
+    out = mla_decode(w, qn, qp, store)
+    lat = store.read()
+
+    def probs(cc, kk):
+        sc = (torch.einsum("bhsd,hdr,btr->bhst", qn, w.wkv_b[:, :w.d_nope], cc)
+              + torch.einsum("bhsd,btd->bhst", qp, kk)) * w.scale
+        return sc.softmax(-1).mean(1)[:, 0]  # [1, T]
+
+    return dict(mechanism="mla", format=store.fmt.name, tokens=tokens, rel_error=rel_error(ref, out),
+                cosine=cosine(ref, out), kl=kl(probs(lat[..., :rank], lat[..., rank:]), probs(c, kpe)), recall=None,
+                mass=1.0, bytes=store.nbytes)
+
+
 def accuracy_table(mechanisms, formats, tokens: int, setup: EvalSetup | None = None, seeds=(0,)) -> list[dict]:
     """Rows of `run` for every mechanism x format, averaged over seeds."""
     setup = setup or EvalSetup()
     rows = []
     for mech in mechanisms:
         for fmt in formats:
-            rs = [run(mech, problem(setup, tokens, seed), setup, fmt) for seed in seeds]
+            rs = [run_mla(setup, tokens, seed, fmt) if mech == "mla" else
+                  run(mech, problem(setup, tokens, seed), setup, fmt) for seed in seeds]
             row = dict(rs[0])
             for key in ("rel_error", "cosine", "kl", "recall", "mass"):
                 if rs[0][key] is not None:
