@@ -13,7 +13,6 @@ import math
 import torch
 
 from .checks import SelectionError, need_dims, need_int, same
-from .dense import expand_kv
 
 
 def index_scores(q_idx: torch.Tensor, weights: torch.Tensor, k_idx: torch.Tensor) -> torch.Tensor:
