@@ -53,12 +53,19 @@ CHECKS = {
     "v41_main_entry": lambda: _layout("deepseek-v4.1-flash").layers[2].components[1].entry.nbytes,
     "v41_window": lambda: _spec("deepseek-v4.1-flash").sliding_window,
     "v41_ttl_recompute": lambda: _ttl_recompute(),
+    "v41_decode_flops_growth": lambda: _decode_growth("deepseek-v4.1-flash", "positions"),
 }
 
 
 def _ttl_recompute():
     from .tiering import v41_ttl_recompute
     return v41_ttl_recompute(60.0)
+
+
+def _decode_growth(model, cap):
+    """Per-decode-token FLOPs at 2^20 tokens over those at 4,096 (kvlab.attention.flops)."""
+    from .attention.flops import growth
+    return growth(model, 4096, 1 << 20, cap=cap)
 
 
 def _layout(model):

@@ -10,7 +10,7 @@ import sys
 from .errors import KvlabError
 
 # Modules that add their own subcommands: each defines register(subparsers).
-EXTRA_COMMANDS: list[str] = ["kvlab.cli_serving"]
+EXTRA_COMMANDS: list[str] = ["kvlab.measure_cmd", "kvlab.cli_serving"]
 
 
 class ArgError(Exception):

@@ -1,0 +1,40 @@
+"""Input checks for the attention prototype: shapes, counts and formats, with errors naming the mismatch."""
+from __future__ import annotations
+
+import torch
+
+from ..errors import KvlabError
+
+
+class AttentionShapeError(KvlabError):
+    """Tensors whose shapes do not fit together (or do not fit the layout)."""
+
+
+class SelectionError(KvlabError):
+    """A top-k or candidate pool that asks for more positions than exist, or a window / ratio below 1."""
+
+
+class CacheFormatError(KvlabError):
+    """A cache (KV store) in a different number format or width than the mechanism expects."""
+
+
+def need_int(name: str, value, minimum: int = 1) -> int:
+    """An integer >= minimum, else SelectionError naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SelectionError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def need_dims(name: str, t: torch.Tensor, ndim: int, what: str) -> torch.Tensor:
+    """`t` must be a tensor of `ndim` dims, described as `what` (e.g. '[B, H, S, D]')."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor {what}, got {type(t).__name__}")
+    if t.dim() != ndim:
+        raise AttentionShapeError(f"{name} must be {what} ({ndim} dims), got shape {tuple(t.shape)}")
+    return t
+
+
+def same(name_a: str, a: int, name_b: str, b: int) -> None:
+    """Two sizes that must agree."""
+    if a != b:
+        raise AttentionShapeError(f"{name_a} = {a} does not match {name_b} = {b}")

@@ -1,0 +1,43 @@
+"""Accuracy of an approximate attention against the dense reference on the same inputs."""
+from __future__ import annotations
+
+import torch
+
+
+def rel_error(ref: torch.Tensor, approx: torch.Tensor) -> float:
+    """||approx - ref|| / ||ref||."""
+    return float((approx.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
+
+
+def cosine(ref: torch.Tensor, approx: torch.Tensor) -> float:
+    """Cosine similarity of the flattened outputs."""
+    a, b = ref.float().flatten(), approx.float().flatten()
+    return float(a @ b / (a.norm() * b.norm()).clamp_min(1e-30))
+
+
+def kl(p: torch.Tensor, q: torch.Tensor, eps: float = 1e-12) -> float:
+    """Mean KL(p || q) over rows of distributions along the last dim (q's zeros floored at eps)."""
+    p = p.float() / p.float().sum(-1, keepdim=True)
+    q = q.float().clamp_min(0)
+    q = q / q.sum(-1, keepdim=True)
+    t = torch.where(p > 0, p * (p.clamp_min(eps).log() - q.clamp_min(eps).log()), torch.zeros_like(p))
+    return float(t.sum(-1).mean())
+
+
+def logits_kl(ref_logits: torch.Tensor, logits: torch.Tensor) -> float:
+    """Mean KL(softmax(ref) || softmax(logits)) over rows (next-token distributions)."""
+    lp, lq = torch.log_softmax(ref_logits.float(), -1), torch.log_softmax(logits.float(), -1)
+    return float((lp.exp() * (lp - lq)).sum(-1).mean())
+
+
+def recall_at_k(selected: torch.Tensor, probs: torch.Tensor, k: int) -> float:
+    """|selected & topk(true attention)| / k, averaged over rows; selected [..., k'] indices, probs [..., T]."""
+    true = probs.topk(min(k, probs.shape[-1]), dim=-1).indices  # [..., k]
+    hit = (selected[..., :, None] == true[..., None, :]).any(-2).float()  # [..., k]
+    return float(hit.sum(-1).mean() / true.shape[-1])
+
+
+def mass_covered(selected: torch.Tensor, probs: torch.Tensor) -> float:
+    """Attention mass (of the dense distribution) that the selected positions hold, averaged over rows."""
+    p = probs.float() / probs.float().sum(-1, keepdim=True)
+    return float(p.gather(-1, selected.clamp_min(0)).mul((selected >= 0).float()).sum(-1).mean())

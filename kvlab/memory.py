@@ -1,0 +1,127 @@
+"""Measure what a block of code allocates and holds, on CPU or CUDA.
+
+CUDA has allocator statistics: `memory_allocated` before and after (synchronized) gives the bytes
+the block still holds, `max_memory_allocated` its peak, `memory_reserved` what the caching
+allocator keeps from the driver. CPU has none: the exact figure is the storage bytes of the
+tensors the block produced (deduplicated by data pointer, as K and V may alias), cross-checked
+against torch.profiler's memory events (the net of allocations minus frees inside the block).
+Source: ../shared/reference/attention.md, "Measuring memory in torch".
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+
+from .errors import ParameterError
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class InsufficientMemoryError(ParameterError):
+    """A requested size that would not fit in the device's free memory."""
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    """What one measured block allocated and holds."""
+
+    device: str  # "cpu" or "cuda:0 (<name>)"
+    method: str  # how held_bytes was measured: "storage" (tensor accounting) or "cuda_allocated"
+    held_bytes: int  # bytes the block's result holds (by `method`)
+    storage_bytes: int  # storage bytes of the result's tensors, deduplicated by data pointer
+    check_bytes: int | None  # the independent figure: profiler net bytes (CPU) / allocated delta (CUDA)
+    check_method: str  # "profiler" or "cuda_allocated" or "none"
+    peak_bytes: int | None  # CUDA: max_memory_allocated increase during the block; CPU: profiler peak
+    reserved_bytes: int | None  # CUDA: memory_reserved after the block (allocator caching); CPU: None
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """'auto' -> cuda when available, else cpu; unknown or unavailable devices raise."""
+    name = str(device)
+    kind = name.split(":")[0]
+    if kind not in DEVICES:
+        raise ParameterError(f"unknown device {name!r}; choose one of {', '.join(DEVICES)}")
+    if kind == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ParameterError("device 'cuda' requested but torch sees no CUDA device (this torch build: "
+                             f"{torch.__version__}); use --device cpu or auto")
+    return torch.device(name)
+
+
+def device_name(device: torch.device) -> str:
+    """A readable device name (the GPU's model for CUDA)."""
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return "cpu"
+
+
+def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the storages behind `tensors`, each storage counted once (by data pointer)."""
+    seen, total = set(), 0
+    for t in tensors:
+        s = t.untyped_storage()
+        key = (t.device, s.data_ptr())
+        if key not in seen:
+            seen.add(key)
+            total += s.nbytes()
+    return total
+
+
+def available_bytes(device: torch.device) -> int:
+    """Free memory on the device: CUDA free memory, or MemAvailable from /proc/meminfo on CPU."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import os
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_fits(needed: int, device: torch.device, what: str = "the cache", headroom: float = 0.9) -> int:
+    """Refuse before allocating when `needed` bytes exceed `headroom` x the free memory."""
+    avail = available_bytes(device)
+    if needed > headroom * avail:
+        raise InsufficientMemoryError(
+            f"{what} needs {needed:,} B but {device.type} has {avail:,} B available "
+            f"(refusing above {headroom:.0%} of it); use fewer tokens or a smaller format")
+    return avail
+
+
+def measure(fn: Callable[[], object], tensors_of: Callable[[object], Iterable[torch.Tensor]],
+            device: torch.device, profile: bool = True) -> tuple[object, MemoryRecord]:
+    """Run fn(); return its result and what it holds (tensors_of(result) lists the held tensors)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        result = fn()
+        torch.cuda.synchronize(device)
+        after = torch.cuda.memory_allocated(device)
+        rec = MemoryRecord(device_name(device), "cuda_allocated", after - before,
+                           storage_bytes(tensors_of(result)), after - before, "cuda_allocated",
+                           torch.cuda.max_memory_allocated(device) - before, torch.cuda.memory_reserved(device))
+        return result, rec
+    if not profile:
+        result = fn()
+        held = storage_bytes(tensors_of(result))
+        return result, MemoryRecord("cpu", "storage", held, held, None, "none", None, None)
+    from torch.profiler import ProfilerActivity, profile as _profile
+    with _profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = fn()
+    # self_cpu_memory_usage: bytes allocated minus freed by the op itself; their sum is what stays alive
+    net = sum(ev.self_cpu_memory_usage for ev in prof.events())
+    peak = cur = 0  # running sum in op start order: the peak at op granularity
+    for ev in sorted(prof.events(), key=lambda e: e.time_range.start):
+        cur += ev.self_cpu_memory_usage
+        peak = max(peak, cur)
+    held = storage_bytes(tensors_of(result))
+    return result, MemoryRecord("cpu", "storage", held, held, int(net), "profiler", int(peak), None)
