@@ -10,9 +10,8 @@ def register(sub) -> None:
     p.add_argument("model", help="catalog name (kvlab models) or path to a config.json")
     p.add_argument("--tokens", type=_tokens, required=True, help="session length")
     p.add_argument("--kv-format", default=None, help="one uniform number format for every cached component")
-    p.add_argument("--layout", default="storage", choices=["storage", "vllm", "bf16"])
-    p.add_argument("--paged", action="store_true", help="page the cache as the layout's engine does "
-                   "(--layout vllm pages by default)")
+    p.add_argument("--layout", default="storage", choices=["storage", "vllm", "bf16"],
+                   help="storage / bf16: exact storage; vllm: paged as vLLM allocates (kvlab.engines)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (auto: cuda when available)")
     p.add_argument("--no-profile", action="store_true", help="skip the torch.profiler cross-check on CPU")
     p.add_argument("--json", action="store_true")
@@ -22,7 +21,7 @@ def register(sub) -> None:
 def cmd_measure(args) -> int:
     from .measurement import measure_cache
     m = measure_cache(args.model, args.tokens, args.layout, args.kv_format,
-                      paged=args.paged or args.layout == "vllm", device=args.device, profile=not args.no_profile)
+                      paged=args.layout == "vllm", device=args.device, profile=not args.no_profile)
     if args.json:
         print(json.dumps(m.as_dict(), indent=2))
         return 0

@@ -113,3 +113,24 @@ def _cause(rec: MemoryRecord, diff: int, rounding: int, engine, storage: int) ->
     return (f"measured differs from the engine's prediction by {diff - rounding:,} B: "
             "a compressor tail holds more pending tokens than one page of ceil(block/m) entries "
             "(kvlab.engines counts one page per tail)")
+
+
+def sweep(models, kv_formats, lengths, layout: str = "storage", device="auto", budget_bytes: int | None = None,
+          paged: bool = False, profile: bool = True) -> list[dict]:
+    """measure_cache over models x formats x lengths; sizes over `budget_bytes` are listed as skipped.
+
+    kv_formats: format names, or None / "" / "default" for the layout's own formats."""
+    rows = []
+    for model in models:
+        for fmt in kv_formats:
+            fmt = None if fmt in (None, "", "default") else fmt
+            a = allocate(model, layout, fmt)
+            for t in lengths:
+                pred = (a if paged else allocate(a.layout, engine=EXACT)).session(t).total
+                base = dict(model=a.layout.model.name, kv_format=fmt or "default", tokens=t, predicted_bytes=pred)
+                if budget_bytes is not None and pred > budget_bytes:
+                    rows.append({**base, "status": f"skipped: {pred:,} B > budget {budget_bytes:,} B"})
+                    continue
+                m = measure_cache(model, t, layout, fmt, paged=paged, device=device, profile=profile)
+                rows.append({**base, **m.as_dict(), "kv_format": fmt or "default", "status": "measured"})
+    return rows

@@ -9,7 +9,10 @@ Source: ../shared/reference/attention.md, "Measuring memory in torch".
 """
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Iterable
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -115,8 +118,14 @@ def measure(fn: Callable[[], object], tensors_of: Callable[[object], Iterable[to
         held = storage_bytes(tensors_of(result))
         return result, MemoryRecord("cpu", "storage", held, held, None, "none", None, None)
     from torch.profiler import ProfilerActivity, profile as _profile
-    with _profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    prof = _profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():  # kineto prints start / stop lines with timestamps on fd 2
+        prof.__enter__()
+    try:
         result = fn()
+    finally:
+        with _quiet_stderr():
+            prof.__exit__(None, None, None)
     # self_cpu_memory_usage: bytes allocated minus freed by the op itself; their sum is what stays alive
     net = sum(ev.self_cpu_memory_usage for ev in prof.events())
     peak = cur = 0  # running sum in op start order: the peak at op granularity
@@ -125,3 +134,17 @@ def measure(fn: Callable[[], object], tensors_of: Callable[[object], Iterable[to
         peak = max(peak, cur)
     held = storage_bytes(tensors_of(result))
     return result, MemoryRecord("cpu", "storage", held, held, int(net), "profiler", int(peak), None)
+
+
+@contextmanager
+def _quiet_stderr():
+    """Silence file descriptor 2 (C++ log lines that Python's sys.stderr cannot catch)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

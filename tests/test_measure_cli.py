@@ -40,3 +40,11 @@ def test_bad_input_exits_2(capsys, argv, msg):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert msg in err and err.count("\n") == 1
+
+
+def test_config_path(capsys, tmp_path):
+    from kvlab.models import CATALOG_DIR
+    (tmp_path / "config.json").write_text((CATALOG_DIR / "qwen3-8b.json").read_text())
+    rc, d = _json(capsys, ["measure", str(tmp_path), "--tokens", "33", "--layout", "bf16", "--device", "cpu",
+                           "--json"])
+    assert rc == 0 and d["measured_bytes"] == d["predicted_bytes"] == 147456 * 33 == d["check_bytes"]

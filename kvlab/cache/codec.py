@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import torch
 
-from ..formats import Format
 from ..layout import Entry
 from . import quantizer
 
@@ -47,7 +46,3 @@ def decode(rows: torch.Tensor, entry: Entry, tensor_scales: list[torch.Tensor] |
         pos += p.nbytes
     return torch.cat(out, dim=-1) if out else rows.new_zeros(n, copies, 0, dtype=torch.float32)
 
-
-def tensor_scale_bytes(fmt: Format) -> int:
-    """Bytes of a part's per-tensor scales (from the formats table)."""
-    return fmt.tensor_bytes

@@ -10,7 +10,10 @@ All pages of a component are one uint8 tensor [pages, page_bytes], reallocated w
 What a component keeps after T tokens:
   growing     ceil(T / m) rows (a compressed entry's slot exists from its first token)
   window W    the last min(T, W) rows, in a ring; paged: as many pages as a window can straddle
-  tail        the T mod m pending tokens of a compressor
+  tail        the T mod m pending tokens of a compressor; paged: ceil(pending / per_page) pages. An
+              engine page of a tail holds ceil(block_tokens / m) rows, so with m = 128 and 256-token
+              pages (DeepSeek V4 under vLLM's rule) it holds 2 pending tokens while up to 127 can be
+              pending: the cache then holds more pages than `Engine.pages` counts (one per tail).
 """
 from __future__ import annotations
 
@@ -48,7 +51,8 @@ class RowBuffer:
         """Hold exactly `pages` pages, keeping the first `keep` (default all that fit)."""
         if pages == self.pages:
             return
-        new = torch.zeros(pages, self.page_bytes, dtype=torch.uint8, device=self.device)  # [P, page B]
+        # uninitialized: every row is written before it is read; page padding is never read
+        new = torch.empty(pages, self.page_bytes, dtype=torch.uint8, device=self.device)  # [P, page B]
         k = min(pages, self.pages if keep is None else keep)
         if k:
             new[:k] = self.data[:k]
