@@ -3,7 +3,8 @@
 Exact storage holds each entry's bytes and nothing more. A paged engine allocates every
 growing component in pages of `block_tokens` tokens (a page of a ratio-m component holds
 block_tokens / m entries) and rounds each page up to a multiple of `page_align` bytes;
-bounded components take the pages that their window can touch.
+bounded components take the pages that their window can touch, and a compressor tail one page
+sized for its m - 1 pending tokens.
 
 vLLM's rules (../shared/reference/serving.md, models.md):
   dense attention: 16-token blocks, page = block x heads x head_size x dtype per K and V
@@ -28,15 +29,21 @@ class Engine:
     page_align: int = 1  # each page's bytes rounded up to a multiple of this
     source: str = ""  # where the rule comes from
 
+    def rows_per_page(self, c: Component) -> int:
+        """Entries one page of component c holds: block_tokens / m for growing and windowed components; a
+        compressor tail (at most m - 1 pending tokens) is one buffer page sized for all of them."""
+        if c.fixed_entries is not None:
+            return c.fixed_entries
+        return -(-self.block_tokens // c.ratio)
+
     def page_bytes(self, c: Component) -> int:
         """Bytes of one page of component c (one layer)."""
-        entries = -(-self.block_tokens // c.ratio)
-        raw = entries * c.entry_bytes
+        raw = self.rows_per_page(c) * c.entry_bytes
         return -(-raw // self.page_align) * self.page_align
 
     def pages(self, c: Component, tokens: int) -> int:
         """Pages component c holds after `tokens` tokens."""
-        if c.fixed_entries is not None:  # compressor tail: one page while anything is pending
+        if c.fixed_entries is not None:  # compressor tail: its one buffer page while anything is pending
             return 1 if c.entries(tokens) else 0
         if c.window is not None:  # a window of W tokens touches at most ceil((W-1)/B) + 1 blocks
             w = min(tokens, c.window)

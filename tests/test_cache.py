@@ -132,16 +132,16 @@ def test_paged_storage_difference_is_the_predicted_page_rounding(name, scheme, t
         assert c.held_bytes(True) == pred.growing
 
 
-def test_paged_hca_tail_overflows_the_one_page_the_engine_counts():
-    """A 256-token V4 page of an m = 128 tail holds 2 pending rows; with 3 pending the cache needs 2 pages."""
+@pytest.mark.parametrize("tokens", [1, 3, 127, 128, 255, 256, 259, 383])
+def test_paged_compressor_tails_take_one_page(tokens):
+    """V4 under vLLM's rule: an m = 128 tail (up to 127 pending tokens) is one page sized for all of them,
+    so the paged cache holds exactly what the engine predicts at every length (it once overflowed)."""
     a = allocate("deepseek-v4-flash", "vllm")
     c = KVCache(a.layout, a.engine)
-    c.fill(3)
-    tails = [(s, c.stores[(s.layer, s.key)]) for s in c.slots if s.key.endswith("_tail") and s.component.ratio == 128]
-    assert tails
-    extra = sum((st.buf.pages - 1) * st.buf.page_bytes for _, st in tails)
-    assert extra > 0
-    assert c.held_bytes() - a.session(3).total == extra
+    c.fill(tokens)
+    tails = [c.stores[(s.layer, s.key)] for s in c.slots if s.key.endswith("_tail") and s.component.ratio == 128]
+    assert tails and all(st.buf.pages == (1 if tokens % 128 else 0) for st in tails)
+    assert c.held_bytes() == a.session(tokens).total
 
 
 def test_paged_appends_match_paged_fill():

@@ -3,17 +3,15 @@
 A row is one stored position: `copies` entries of `entry.nbytes` bytes (all KV heads of one
 token, one latent, one compressed entry, one pending tail token). Rows live in pages of
 `per_page` rows, each page `page_bytes` long (rounding padding at its end): with exact storage a
-page is one row and nothing is rounded; with a paged engine a page holds ceil(block_tokens / m)
-rows and its bytes are rounded up to `page_align` (`kvlab.engines.Engine.page_bytes`).
+page is one row and nothing is rounded; with a paged engine a page holds `Engine.rows_per_page`
+rows (ceil(block_tokens / m)) and its bytes are rounded up to `page_align` (`Engine.page_bytes`).
 All pages of a component are one uint8 tensor [pages, page_bytes], reallocated when it grows.
 
 What a component keeps after T tokens:
   growing     ceil(T / m) rows (a compressed entry's slot exists from its first token)
   window W    the last min(T, W) rows, in a ring; paged: as many pages as a window can straddle
-  tail        the T mod m pending tokens of a compressor; paged: ceil(pending / per_page) pages. An
-              engine page of a tail holds ceil(block_tokens / m) rows, so with m = 128 and 256-token
-              pages (DeepSeek V4 under vLLM's rule) it holds 2 pending tokens while up to 127 can be
-              pending: the cache then holds more pages than `Engine.pages` counts (one per tail).
+  tail        the T mod m pending tokens of a compressor; paged: one page sized for m - 1 pending
+              tokens (`Engine.rows_per_page`) while anything is pending.
 """
 from __future__ import annotations
 
@@ -101,8 +99,7 @@ class ComponentStore:
         if self.engine.block_tokens is None:
             self.buf = RowBuffer(row, 1, row, self.device)
         else:
-            per_page = -(-self.engine.block_tokens // c.ratio)
-            self.buf = RowBuffer(row, per_page, self.engine.page_bytes(c), self.device)
+            self.buf = RowBuffer(row, self.engine.rows_per_page(c), self.engine.page_bytes(c), self.device)
 
     # --- how many rows / pages at T tokens ----------------------------------------------------
     @property
