@@ -22,14 +22,20 @@ class Parser(argparse.ArgumentParser):
         raise ArgError(message)
 
 
-def _tokens(s: str) -> int:
-    try:
-        v = int(s.replace("_", "").replace(",", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--tokens must be a non-negative integer, got {s!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"--tokens must be a non-negative integer, got {s!r}")
-    return v
+def count_arg(name: str):
+    """An argparse type for a non-negative integer option (1_000_000 and 1,000,000 accepted)."""
+    def parse(s: str) -> int:
+        try:
+            v = int(s.replace("_", "").replace(",", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a non-negative integer, got {s!r}") from None
+        if v < 0:
+            raise argparse.ArgumentTypeError(f"{name} must be a non-negative integer, got {s!r}")
+        return v
+    return parse
+
+
+_tokens = count_arg("--tokens")
 
 
 def _num(x):

@@ -5,19 +5,8 @@ import argparse
 import json
 import math
 
+from .cli import count_arg as _count
 from .errors import ParameterError
-
-
-def _count(name):
-    def parse(s: str) -> int:
-        try:
-            v = int(s.replace("_", "").replace(",", ""))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be a non-negative integer, got {s!r}") from None
-        if v < 0:
-            raise argparse.ArgumentTypeError(f"{name} must be a non-negative integer, got {s!r}")
-        return v
-    return parse
 
 
 def _number(name, lo=0.0, hi=math.inf):

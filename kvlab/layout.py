@@ -294,8 +294,12 @@ def _mla(spec, scheme, fmt):
     return [LayerCache(i, "mla", tuple(comps)) for i in range(spec.num_layers)], notes
 
 
-def _v4_parts(spec):
-    return {"nope": spec.head_dim - spec.qk_rope_head_dim, "rope": spec.qk_rope_head_dim}
+def _v4_entries(spec, scheme, fmt) -> tuple[Entry, Entry, Entry]:
+    """(main entry, indexer key, SWA entry) of a DeepSeek V4-family model; main and SWA entries are NoPE + RoPE."""
+    dims = {"nope": spec.head_dim - spec.qk_rope_head_dim, "rope": spec.qk_rope_head_dim}
+    return (_entry(spec, spec.family, scheme, "main", dims, fmt),
+            _entry(spec, spec.family, scheme, "index", {"all": spec.index_head_dim}, fmt),
+            _entry(spec, spec.family, scheme, "swa", dims, fmt))
 
 
 def _tail(spec, entry_dims: int, ratio: int, overlap: bool) -> Component:
@@ -308,11 +312,7 @@ def _tail(spec, entry_dims: int, ratio: int, overlap: bool) -> Component:
 
 
 def _dsv4(spec, scheme, fmt):
-    family = spec.family
-    dims = _v4_parts(spec)
-    main = _entry(spec, family, scheme, "main", dims, fmt)
-    index = _entry(spec, family, scheme, "index", {"all": spec.index_head_dim}, fmt)
-    swa = _entry(spec, family, scheme, "swa", dims, fmt)
+    main, index, swa = _v4_entries(spec, scheme, fmt)
     layers = []
     for i, m in enumerate(spec.compress_ratios):
         comps = [Component("swa", swa, window=spec.sliding_window)]
@@ -334,11 +334,7 @@ def _dsv4(spec, scheme, fmt):
 
 
 def _dsv41(spec, scheme, fmt):
-    family = spec.family
-    dims = _v4_parts(spec)
-    main = _entry(spec, family, scheme, "main", dims, fmt)
-    index = _entry(spec, family, scheme, "index", {"all": spec.index_head_dim}, fmt)
-    swa = _entry(spec, family, scheme, "swa", dims, fmt)
+    main, index, swa = _v4_entries(spec, scheme, fmt)
     sources = sorted(spec.kv_source_layers)
     layers = []
     for i, m in enumerate(spec.compress_ratios):
