@@ -2,6 +2,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -19,3 +20,12 @@ def pytest_collection_modifyitems(config, items):
         cell = getattr(item, "cell", None)
         if cell is not None and str(cell.get("source", "")).startswith(TRACE_MARK):
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny tensors: one torch thread avoids thread contention on a shared 2-core machine (opt in per module)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from kvlab.attention import (AttentionShapeError, CacheFormatError, Compressor, KVStore, MLAWeights, SelectionError,
-                             Stack, StackConfig, WindowState, attention_probs, candidate_pool, causal_mask, cosine,
+                             Stack, StackConfig, WindowState, candidate_pool, causal_mask, cosine,
                              dense_attention, gated_pool, index_scores, kl, logits_kl, mass_covered, mla_absorbed,
                              mla_decode, mla_expanded, model_plan, pool_keys, recall_at_k, rel_error, select_topk,
                              sparse_attention, window_attention)
@@ -16,13 +16,7 @@ from kvlab.models import load_model
 TOL = 1e-5  # float32 paths that only reorder sums
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one torch thread avoids thread contention on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def rand(*shape, seed=0):
@@ -131,7 +125,7 @@ def test_streaming_compressor_equals_stateless(overlap):
 
 
 def test_csa_pooling_by_hand():
-    m, d = 2, 1
+    m = 2  # one channel (d = 1)
     kv = torch.tensor([[[1.0, 10.0], [2.0, 20.0], [3.0, 30.0], [4.0, 40.0]]])  # [B, 4, 2d]: Ca | Cb
     out = gated_pool(kv, torch.zeros_like(kv), m, overlap=True)
     # window 0: Cb of tokens 0,1 only (no previous window); window 1: Ca of tokens 0,1 + Cb of tokens 2,3

@@ -1,19 +1,12 @@
 """Cross-check with HF transformers' DeepSeek V4 (CPU, tiny config): same weights, same input."""
 import pytest
-import torch
 
 pytest.importorskip("transformers.models.deepseek_v4")
 
 from kvlab.attention.hfcheck import crosscheck  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one torch thread avoids thread contention on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.slow

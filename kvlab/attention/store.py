@@ -28,11 +28,8 @@ def roundtrip(x: torch.Tensor, fmt: str | Format) -> torch.Tensor:
     f = get_format(fmt)
     if f.name in _CASTS:
         return x.to(_CASTS[f.name]).to(torch.float32)
-    try:
-        from ..quant import quantize
-    except ImportError:  # the reference quantizers (issue 3) are not in this tree
-        raise CacheFormatError(f"format {f.name} needs kvlab.quant.quantize (reference quantizers); "
-                               f"only {', '.join(_CASTS)} work without it") from None
+    from ..quant import quantize
+
     pad = f.scope == "block" and x.shape[-1] % f.block != 0  # a partial last block (its scale is still stored)
     return quantize(x.float(), f, pad=pad).dequantize().to(torch.float32)
 
