@@ -66,7 +66,7 @@ def cmd_simulate(args) -> int:
         return 0
     print(f"{tr.name}: {r.requests:,} requests, {r.accesses:,} block accesses; {args.model}: "
           f"{tiers.block_bytes:,} B per {tiers.block_tokens}-token block")
-    print(f"  capacity (blocks): " + ", ".join(f"{k} {v:,}" for k, v in out["capacity_blocks"].items()))
+    print("  capacity (blocks): " + ", ".join(f"{k} {v:,}" for k, v in out["capacity_blocks"].items()))
     print(f"  hit rate: {r.token_hit_rate:.1%} of tokens, {r.block_hit_rate:.1%} of blocks "
           f"(hbm {out['hbm_token_hit_rate']:.1%}, dram {out['dram_token_hit_rate']:.1%}, "
           f"ssd {out['ssd_token_hit_rate']:.1%})")

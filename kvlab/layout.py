@@ -15,7 +15,6 @@ Schemes say which format each component takes:
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
