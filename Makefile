@@ -36,7 +36,7 @@ bench: setup
 notebooks: setup
 	for nb in notebooks/[0-9][0-9]_*.ipynb; do \
 	  $(BIN)/papermill -k kvlab --cwd notebooks "$$nb" "$$nb" || exit 1; \
-	  $(BIN)/python -m kvlab.nbclean "$$nb"; done
+	  $(BIN)/python -m kvlab.nb.nbclean "$$nb"; done
 
 clean:
 	rm -rf $(VENV) runs

@@ -2,13 +2,13 @@
 
 Figures (block accesses per second, best of a few repeats, all in this one process):
   baseline      an OrderedDict LRU for one capacity, hits only (written here)
-  fast          kvlab.tiering.simulate_lru_fast on a cold trace: three tiers, prefix rule, bytes moved, TTFT per
+  fast          kvlab.sim.tiering.simulate_lru_fast on a cold trace: three tiers, prefix rule, bytes moved, TTFT per
                 request, including every per-trace step but parsing the file (the compiled numba kernel, or the
                 numpy path where numba is absent)
   numpy         the vectorized path (the fallback), cold and with its per-trace LruIndex reused (with numba the
                 index's stack distances come from the compiled Fenwick kernel)
-  sequential    kvlab.tiering.simulate_sequential (the block-by-block reference; LRU)
-  curve         kvlab.stackdist: the LRU hit count at every capacity, one pass
+  sequential    kvlab.sim.tiering.simulate_sequential (the block-by-block reference; LRU)
+  curve         kvlab.sim.stackdist: the LRU hit count at every capacity, one pass
 The compiled kernels are warmed up on a small trace first, so their one-time JIT compile (or cache load) is not
 timed; the warm-up time is printed. Falls back to the synthetic agent workload when ../shared/traces is absent
 (and says so).
@@ -46,11 +46,11 @@ def _best(fn, repeats: int = 5) -> tuple[float, object]:
 
 
 def main() -> None:
-    from kvlab import lru_kernels
-    from kvlab.stackdist import hit_curve, stack_distances
-    from kvlab.tiering import (LruIndex, _simulate_lru_numpy, make_tiers, simulate_lru_fast,
+    from kvlab.sim import kernels as lru_kernels
+    from kvlab.sim.stackdist import hit_curve, stack_distances
+    from kvlab.sim.tiering import (LruIndex, _simulate_lru_numpy, make_tiers, simulate_lru_fast,
                                simulate_sequential)
-    from kvlab.traces import have_trace, load_trace
+    from kvlab.sim.traces import have_trace, load_trace
 
     name = "conversation" if have_trace("conversation") else "synthetic"
     tr = load_trace(name)

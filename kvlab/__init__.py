@@ -4,7 +4,7 @@ from .formats import Format, get_format, list_formats
 from .models import ModelSpec, catalog_names, load_model
 from .layout import Layout, build_layout, bytes_per_token
 from .engines import Allocation, allocate
-from .record import record
+from .nb.record import record
 
 __version__ = "0.1.0"
 __all__ = ["ConfigError", "KvlabError", "ParameterError", "UnknownFormatError", "UnknownModelError", "Format",

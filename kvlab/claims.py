@@ -58,7 +58,7 @@ CHECKS = {
 
 
 def _ttl_recompute():
-    from .tiering import v41_ttl_recompute
+    from .sim.tiering import v41_ttl_recompute
     return v41_ttl_recompute(60.0)
 
 

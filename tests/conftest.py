@@ -11,7 +11,7 @@ TRACE_MARK = "# needs: shared traces"
 
 def pytest_collection_modifyitems(config, items):
     """nbval: cells marked as needing the shared request traces are skipped (with a reason) when they are absent."""
-    from kvlab.traces import have_trace
+    from kvlab.sim.traces import have_trace
 
     if have_trace("conversation") and have_trace("mooncake_synthetic"):
         return

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvlab.record import read_results
-from kvlab.runner import kernel_name, resolve
+from kvlab.nb.record import read_results
+from kvlab.nb.runner import kernel_name, resolve
 
 
 def run_notebook(name: str, out_dir: Path, **params) -> dict:

@@ -1,7 +1,7 @@
 """Hugging Face transformers' caches hold exactly the bytes kvlab's layout predicts."""
 import pytest
 
-from kvlab.crosscheck import crosscheck
+from kvlab.cache.crosscheck import crosscheck
 from kvlab.errors import KvlabError
 
 pytestmark = pytest.mark.slow

@@ -4,8 +4,8 @@ import torch
 
 from kvlab.engines import allocate
 from kvlab.errors import KvlabError, ParameterError
-from kvlab.measurement import measure_cache
-from kvlab.memory import (InsufficientMemoryError, available_bytes, check_fits, measure, resolve_device,
+from kvlab.cache.measurement import measure_cache
+from kvlab.cache.memory import (InsufficientMemoryError, available_bytes, check_fits, measure, resolve_device,
                           storage_bytes)
 
 

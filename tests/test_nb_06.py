@@ -2,7 +2,7 @@
 import papermill as pm
 import pytest
 
-from kvlab.capacity import plan
+from kvlab.serving.capacity import plan
 from nbutil import run_notebook
 
 

@@ -2,8 +2,8 @@
 import papermill as pm
 import pytest
 
-from kvlab.tiering import make_tiers, simulate
-from kvlab.traces import synthetic_agent_trace
+from kvlab.sim.tiering import make_tiers, simulate
+from kvlab.sim.traces import synthetic_agent_trace
 from nbutil import run_notebook
 
 

@@ -4,7 +4,7 @@ import json
 import papermill as pm
 import pytest
 
-from kvlab.runner import list_notebooks
+from kvlab.nb.runner import list_notebooks
 
 NOTEBOOKS = list_notebooks()
 

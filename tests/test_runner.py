@@ -5,7 +5,7 @@ import nbformat
 import pytest
 
 from kvlab.errors import ParameterError
-from kvlab.runner import run_notebooks
+from kvlab.nb.runner import run_notebooks
 
 
 def _notebook(path, body):
@@ -22,9 +22,9 @@ def _notebook(path, body):
 def books(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
-    good = _notebook(src / "01_good.ipynb", "from kvlab.record import record\nrecord('doubled', 2 * x)")
-    bad = _notebook(src / "02_bad.ipynb", "from kvlab.record import record\nrecord('before', 7)\nraise RuntimeError('boom')")
-    last = _notebook(src / "03_after.ipynb", "from kvlab.record import record\nrecord('after', x + 1)")
+    good = _notebook(src / "01_good.ipynb", "from kvlab.nb.record import record\nrecord('doubled', 2 * x)")
+    bad = _notebook(src / "02_bad.ipynb", "from kvlab.nb.record import record\nrecord('before', 7)\nraise RuntimeError('boom')")
+    last = _notebook(src / "03_after.ipynb", "from kvlab.nb.record import record\nrecord('after', x + 1)")
     return tmp_path, [good, bad, last]
 
 

@@ -4,8 +4,8 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from kvlab import lru_kernels
-from kvlab.stackdist import _stack_distances_numpy, earlier_greater, hit_curve, previous_access, stack_distances
+from kvlab.sim import kernels as lru_kernels
+from kvlab.sim.stackdist import _stack_distances_numpy, earlier_greater, hit_curve, previous_access, stack_distances
 
 
 def lru_hits(ids, cap):

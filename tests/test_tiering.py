@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from kvlab.cli import main
-from kvlab import lru_kernels
+from kvlab.sim import kernels as lru_kernels
 from kvlab.errors import ParameterError
-from kvlab.stackdist import _stack_distances_numpy, stack_distances
-from kvlab.tiering import (Tiers, _simulate_lru_jit, _simulate_lru_numpy, make_tiers, prefix_hit_curve, reuse_ratio,
+from kvlab.sim.stackdist import _stack_distances_numpy, stack_distances
+from kvlab.sim.tiering import (Tiers, _simulate_lru_jit, _simulate_lru_numpy, make_tiers, prefix_hit_curve, reuse_ratio,
                            simulate, simulate_lru_fast, simulate_sequential)
-from kvlab.traces import Trace, _dense, have_trace, load_trace, synthetic_agent_trace
+from kvlab.sim.traces import Trace, _dense, have_trace, load_trace, synthetic_agent_trace
 
 BB = 100  # bytes per block in the hand-made tiers
 
@@ -168,7 +168,7 @@ def test_v41_ttl_claim_is_checked():
 
 
 def test_ttl_sweep_is_monotone():
-    from kvlab.tiering import ttl_sweep
+    from kvlab.sim.tiering import ttl_sweep
     tr = synthetic_agent_trace(seed=2, sessions=20)
     rows = ttl_sweep(tr, "deepseek-v4.1-flash", [5, 60, 600, math.inf], 0.01, 1.0)
     shares = [r["recomputed_share"] for r in rows]

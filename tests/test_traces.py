@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from kvlab.traces import (TraceError, have_trace, load_trace, read_azure, read_mooncake, synthetic_agent_trace,
+from kvlab.sim.traces import (TraceError, have_trace, load_trace, read_azure, read_mooncake, synthetic_agent_trace,
                           trace_path)
 
 GOOD = [{"timestamp": 0, "input_length": 1000, "output_length": 10, "hash_ids": [7, 8]},
@@ -105,7 +105,7 @@ def test_real_azure():
 
 
 def test_session_pauses_and_ttl_exceedance():
-    from kvlab.traces import pause_exceeds, session_pauses
+    from kvlab.sim.traces import pause_exceeds, session_pauses
     t = synthetic_agent_trace(seed=0, sessions=40)
     p = session_pauses(t)
     assert len(p) == len(t) - len(np.unique(t.session_ids)) and (p >= 0).all()

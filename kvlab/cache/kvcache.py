@@ -234,5 +234,5 @@ class KVCache:
 
     def held_bytes(self, grows: bool | None = None) -> int:
         """Bytes the cache's tensors hold (storage bytes, deduplicated by data pointer)."""
-        from ..memory import storage_bytes
+        from .memory import storage_bytes
         return storage_bytes(self.tensors(grows))

@@ -2,7 +2,7 @@
 
 Two loops that numpy cannot vectorize well, written once in plain Python and compiled with
 numba when it is importable (`@njit(cache=True)`: compiled once per machine, then loaded from
-numba's on-disk cache). Without numba, `ENABLED` is False and kvlab.tiering / kvlab.stackdist keep
+numba's on-disk cache). Without numba, `ENABLED` is False and kvlab.sim.tiering / kvlab.sim.stackdist keep
 their numpy paths; setting the environment variable KVLAB_NUMBA=0 forces those paths too.
 
   `tiered_lru`       exclusive LRU tiers as one intrusive doubly-linked list over dense block ids

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .engines import allocate
-from .errors import ParameterError
-from .layout import build_layout, check_tokens
+from ..engines import allocate
+from ..errors import ParameterError
+from ..layout import build_layout, check_tokens
 from .memory import storage_bytes
-from .models import read_config, spec_from_config
+from ..models import read_config, spec_from_config
 
 # Small sizes that leave the cached dimensions alone (they only shrink weights and MLPs).
 TINY = {

@@ -1,6 +1,6 @@
 """Strip volatile metadata (papermill timings, execution dates) from executed notebooks, outputs kept.
 
-Usage: python -m kvlab.nbclean NOTEBOOK [...]
+Usage: python -m kvlab.nb.nbclean NOTEBOOK [...]
 """
 from __future__ import annotations
 

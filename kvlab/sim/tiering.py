@@ -12,7 +12,7 @@ Two engines give the same answers where both apply (tests hold them equal):
   `simulate_lru_fast`  LRU only: exclusive LRU tiers with demote-on-evict and promote-on-hit behave as one
                        LRU stack cut into regions (HBM = the top C1 positions, DRAM the next C2, SSD the
                        next C3). With numba, a compiled block-by-block pass over that stack as a linked list
-                       (kvlab.lru_kernels); without it, stack distances (kvlab.stackdist) give every
+                       (kvlab.sim.kernels); without it, stack distances (kvlab.sim.stackdist) give every
                        access's tier at once (numpy). TTL is supported when there is no SSD tier.
   `simulate_sequential` any policy (lru, lfu), TTL with SSD: one block at a time, dictionaries and heaps.
 """
@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import lru_kernels
-from .engines import allocate
-from .errors import ParameterError
-from .hardware import get_gpu
+from . import kernels
+from ..engines import allocate
+from ..errors import ParameterError
+from ..serving.hardware import get_gpu
 from .stackdist import previous_access, stack_distances
 from .traces import Trace
 
@@ -194,8 +194,8 @@ class LruIndex:
     def build(cls, trace: Trace) -> "LruIndex":
         _check_trace(trace)
         ids = trace.block_ids
-        if lru_kernels.ENABLED:
-            prev, d = lru_kernels.stack_distances(ids)
+        if kernels.ENABLED:
+            prev, d = kernels.stack_distances(ids)
         else:
             prev = previous_access(ids)
             d = stack_distances(ids, prev)
@@ -235,10 +235,10 @@ def _moved_and_evicted(tiers: Tiers, demoted, hit_blocks, ttl_on: bool) -> tuple
 
 def simulate_lru_fast(trace: Trace, tiers: Tiers, index: LruIndex | None = None) -> SimResult:
     """LRU over exclusive tiers, equal to `simulate_sequential` with policy "lru". With numba
-    (kvlab.lru_kernels) a compiled block-by-block pass over linked-list tiers, which needs no index
+    (kvlab.sim.kernels) a compiled block-by-block pass over linked-list tiers, which needs no index
     (`index` is then unused); without it, the vectorized stack-distance path, where an `index` built
     once serves every configuration of the same trace."""
-    if lru_kernels.ENABLED:
+    if kernels.ENABLED:
         return _simulate_lru_jit(trace, tiers)
     return _simulate_lru_numpy(trace, tiers, index)
 
@@ -249,7 +249,7 @@ def _simulate_lru_jit(trace: Trace, tiers: Tiers) -> SimResult:
     caps = tiers.capacity_blocks
     ttl_on = math.isfinite(tiers.ttl_s) and caps[1] > 0
     transfer_s = tiers.transfer_s()
-    hit_blocks, hit_tokens, req_hit, transfer, demoted, stale = lru_kernels.tiered_lru(
+    hit_blocks, hit_tokens, req_hit, transfer, demoted, stale = kernels.tiered_lru(
         trace.block_ids, trace.block_offsets, trace.input_tokens, trace.timestamps, trace.block_tokens, caps,
         tiers.ttl_s if ttl_on else math.inf, ttl_on, transfer_s)
     moved, evicted = _moved_and_evicted(tiers, demoted, hit_blocks, ttl_on)
@@ -469,7 +469,7 @@ def reuse_ratio(trace: Trace, warmup: float = 0.0) -> dict:
 def ttl_sweep(trace: Trace, model, ttls_s, hbm_gb: float, dram_gb: float, gpu="H100", **kw) -> list[dict]:
     """Hit rates and recomputed tokens against the host-DRAM TTL (LRU, no SSD; math.inf = no TTL)."""
     out = []
-    ix = None if lru_kernels.ENABLED else LruIndex.build(trace)  # the compiled path needs no index
+    ix = None if kernels.ENABLED else LruIndex.build(trace)  # the compiled path needs no index
     for ttl in ttls_s:
         t = make_tiers(model, hbm_gb, dram_gb, 0.0, gpu=gpu, block_tokens=trace.block_tokens, ttl_s=ttl, **kw)
         r = simulate_lru_fast(trace, t, ix)

@@ -2,7 +2,7 @@
 
 `measure_cache` predicts the session bytes (`kvlab.layout` for exact storage, `kvlab.engines`
 for paged), refuses sizes that would not fit before allocating anything, fills a `KVCache`
-inside `kvlab.memory.measure`, and reports measured, predicted and the difference with its cause.
+inside `kvlab.cache.memory.measure`, and reports measured, predicted and the difference with its cause.
 """
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .cache import KVCache
-from .engines import EXACT, allocate
-from .layout import check_tokens
+from .kvcache import KVCache
+from ..engines import EXACT, allocate
+from ..layout import check_tokens
 from .memory import MemoryRecord, check_fits, measure, resolve_device
 
 
@@ -85,7 +85,7 @@ def measure_cache(model, tokens: int, layout: str = "storage", kv_format=None, p
 def _warm_up(layout, device) -> None:
     """Pack one vector per part format before measuring, so constants the quantizers build lazily
     on first use (and then keep) are not counted as the cache's bytes by the profiler."""
-    from .cache import quantizer
+    from . import quantizer
     seen = set()
     for _, c in layout.components():
         for p in c.entry.parts:

@@ -16,11 +16,11 @@ import json
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .engines import Allocation, allocate
-from .errors import ParameterError
+from ..engines import Allocation, allocate
+from ..errors import ParameterError
 from .hardware import Gpu, get_gpu
-from .layout import check_tokens
-from .models import DATA_DIR, ModelSpec, load_model, read_config
+from ..layout import check_tokens
+from ..models import DATA_DIR, ModelSpec, load_model, read_config
 
 WEIGHTS_FILE = DATA_DIR / "weights.json"
 DEFAULT_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization (vLLM engine arguments)

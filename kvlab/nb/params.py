@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .errors import ParameterError
+from ..errors import ParameterError
 
 
 def positive_int(name: str, value, minimum: int = 1) -> int:

@@ -3,14 +3,15 @@ from __future__ import annotations
 
 import json
 
+from .args import LAYOUTS, count
+
 
 def register(sub) -> None:
-    from .cli import _tokens
     p = sub.add_parser("measure", help="build a model's packed KV cache and measure its bytes against the math")
     p.add_argument("model", help="catalog name (kvlab models) or path to a config.json")
-    p.add_argument("--tokens", type=_tokens, required=True, help="session length")
+    p.add_argument("--tokens", type=count("--tokens"), required=True, help="session length")
     p.add_argument("--kv-format", default=None, help="one uniform number format for every cached component")
-    p.add_argument("--layout", default="storage", choices=["storage", "vllm", "bf16"],
+    p.add_argument("--layout", default="storage", choices=LAYOUTS,
                    help="storage / bf16: exact storage; vllm: paged as vLLM allocates (kvlab.engines)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (auto: cuda when available)")
     p.add_argument("--no-profile", action="store_true", help="skip the torch.profiler cross-check on CPU")
@@ -19,7 +20,7 @@ def register(sub) -> None:
 
 
 def cmd_measure(args) -> int:
-    from .measurement import measure_cache
+    from ..cache.measurement import measure_cache
     m = measure_cache(args.model, args.tokens, args.layout, args.kv_format,
                       paged=args.layout == "vllm", device=args.device, profile=not args.no_profile)
     if args.json:

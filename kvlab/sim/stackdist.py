@@ -10,13 +10,13 @@ With prev[i] the previous access to the same block, the distance is
 the earlier reuses whose own previous access is later than its own: an inversion count per element,
 computed bit by bit (a wavelet-matrix pass) with O(N) numpy work per bit, so O(N log N) in all with no
 Python loop over accesses. Where numba is available the same distances come from a compiled Fenwick-tree
-pass (kvlab.lru_kernels), which is several times faster; the numpy path stays as the fallback.
+pass (kvlab.sim.kernels), which is several times faster; the numpy path stays as the fallback.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import lru_kernels
+from . import kernels
 
 
 def previous_access(ids: np.ndarray) -> np.ndarray:
@@ -63,10 +63,10 @@ def earlier_greater(y: np.ndarray) -> np.ndarray:
 
 def stack_distances(ids: np.ndarray, prev: np.ndarray | None = None) -> np.ndarray:
     """LRU stack distance of every access (-1 for a block's first access).  [N] -> [N]
-    With numba, a compiled Fenwick-tree pass (kvlab.lru_kernels; `prev` is then unused), else the
+    With numba, a compiled Fenwick-tree pass (kvlab.sim.kernels; `prev` is then unused), else the
     vectorized inversion count below."""
-    if lru_kernels.ENABLED:
-        return lru_kernels.stack_distances(ids)[1]
+    if kernels.ENABLED:
+        return kernels.stack_distances(ids)[1]
     return _stack_distances_numpy(ids, prev)
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import KvlabError, ParameterError
+from ..errors import KvlabError, ParameterError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TRACES_DIR = REPO_ROOT.parent / "shared" / "traces"  # ../shared/traces relative to the repository root
 MOONCAKE_BLOCK_TOKENS = 512  # Mooncake hashes 512-token blocks (FAST'25 traces README)
 KNOWN = {"conversation": "conversation_trace.jsonl", "mooncake_synthetic": "synthetic_trace.jsonl",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .errors import ParameterError
+from ..errors import ParameterError
 
 DEVICES = ("auto", "cpu", "cuda")
 

@@ -1,0 +1,60 @@
+"""Argument checks shared by every module: one place for "an integer >= k", "a finite number in [lo, hi]",
+"one of these choices" and ceiling division.
+
+Each check takes the name of the argument and the exception class to raise (a `KvlabError` subclass, so
+the CLI turns it into one line and exit code 2), and its message names the argument, the value and what is
+allowed. Integral numpy / torch scalars count as integers; bools never do; NaN is never a number here.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+from collections.abc import Iterable
+
+from .errors import KvlabError, ParameterError
+
+
+def cdiv(a: int, b: int) -> int:
+    """Ceiling of a / b for integers (b > 0): pages for a tokens, entries for a compressed run, ..."""
+    return -(-a // b)
+
+
+def need_int(name: str, value, minimum: int | None = 0, maximum: int | None = None,
+             error: type[KvlabError] = ParameterError) -> int:
+    """`value` as an int in [minimum, maximum] (None: unbounded); integral floats such as 1e6 are accepted."""
+    if isinstance(value, bool):
+        raise error(f"{name} must be an integer, got {value!r}")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise error(f"{name} must be an integer, got {value!r}") from None
+    if minimum is not None and value < minimum:
+        raise error(f"{name} must be an integer >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise error(f"{name} must be an integer <= {maximum}, got {value}")
+    return value
+
+
+def need_number(name: str, value, lo: float = -math.inf, hi: float = math.inf, *, finite: bool = True,
+                lo_open: bool = False, error: type[KvlabError] = ParameterError) -> float:
+    """`value` as a float in [lo, hi] (or (lo, hi] with lo_open); NaN is refused, and so is +-inf when `finite`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise error(f"{name} must be a number, got {value!r}")
+    v = float(value)
+    if math.isnan(v) or (finite and math.isinf(v)):
+        raise error(f"{name} must be a finite number, got {value!r}")
+    if v < lo or v > hi or (lo_open and v == lo):
+        left = "(" if lo_open else "["
+        raise error(f"{name} must lie in {left}{lo:g}, {hi:g}], got {value!r}")
+    return v
+
+
+def need_choice(name: str, value, choices: Iterable, error: type[KvlabError] = ParameterError):
+    """`value` if it is one of `choices`, else an error listing them."""
+    choices = list(choices)
+    if value not in choices:
+        raise error(f"{name} must be one of {', '.join(map(str, choices))}; got {value!r}")
+    return value

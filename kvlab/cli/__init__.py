@@ -1,0 +1,39 @@
+"""The `kvlab` command: one module per command group, each with `register(subparsers)`.
+
+Bad arguments print one line naming the problem and exit 2.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+from ..errors import KvlabError
+from .args import ArgError, Parser
+
+COMMANDS = ["core", "run", "measure", "serving", "sim"]  # modules of this package, in help order
+
+
+def build_parser() -> Parser:
+    p = Parser(prog="kvlab", description="KV-cache memory: exact bytes, quantizers, measurement, capacity.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for mod in COMMANDS:
+        importlib.import_module(f"{__name__}.{mod}").register(sub)
+    return p
+
+
+def main(argv=None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except ArgError as e:
+        print(f"kvlab: error: {e}", file=sys.stderr)
+        return 2
+    except KvlabError as e:
+        print(f"kvlab: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

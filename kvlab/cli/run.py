@@ -1,0 +1,34 @@
+"""`kvlab run`: execute notebooks through papermill into runs/<timestamp>/ and collect their results."""
+from __future__ import annotations
+
+import ast
+import sys
+
+
+def _param_value(s: str):
+    try:
+        return ast.literal_eval(s)
+    except (ValueError, SyntaxError):
+        return s
+
+
+def cmd_run(args):
+    from ..nb.runner import run_notebooks, summary_table
+    params = {k: _param_value(v) for k, v in (args.param or [])}
+    run_dir, runs = run_notebooks(args.notebooks, params, args.out, log=lambda m: print(m, file=sys.stderr))
+    print(summary_table(runs))
+    print(f"results: {run_dir / 'results.json'}")
+    failed = [r.name for r in runs if r.status != "ok"]
+    if failed:
+        print(f"failed: {', '.join(failed)} (outputs kept in {run_dir})", file=sys.stderr)
+        return 1
+    return 0
+
+
+def register(sub) -> None:
+    r = sub.add_parser("run", help="execute notebooks through papermill into runs/<timestamp>/")
+    r.add_argument("notebooks", nargs="*", help="notebook names or prefixes (default: all)")
+    r.add_argument("-p", "--param", nargs=2, action="append", metavar=("NAME", "VALUE"),
+                   help="set a parameter in every notebook that declares it")
+    r.add_argument("--out", default="runs", help="folder for run outputs (default runs/)")
+    r.set_defaults(func=cmd_run)

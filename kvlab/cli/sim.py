@@ -1,0 +1,52 @@
+"""`kvlab simulate`: HBM / DRAM / SSD KV tiering on a request trace."""
+from __future__ import annotations
+
+import json
+import math
+
+from .args import count as _count, number as _number
+
+
+def cmd_simulate(args) -> int:
+    from ..sim.tiering import make_tiers, simulate
+    from ..sim.traces import load_trace
+    tr = load_trace(args.trace, limit=args.limit, seed=args.seed)
+    tiers = make_tiers(args.model, args.hbm_gb, args.dram_gb, args.ssd_gb, gpu=args.gpu,
+                       block_tokens=tr.block_tokens, ttl_s=args.ttl_s if args.ttl_s is not None else math.inf,
+                       prefill_tokens_per_s=args.prefill_tps, kv_format=args.kv_format)
+    r = simulate(tr, tiers, args.policy, progress=not args.json and not args.no_progress)
+    out = {"trace": tr.name, "model": args.model, **r.summary()}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{tr.name}: {r.requests:,} requests, {r.accesses:,} block accesses; {args.model}: "
+          f"{tiers.block_bytes:,} B per {tiers.block_tokens}-token block")
+    print("  capacity (blocks): " + ", ".join(f"{k} {v:,}" for k, v in out["capacity_blocks"].items()))
+    print(f"  hit rate: {r.token_hit_rate:.1%} of tokens, {r.block_hit_rate:.1%} of blocks "
+          f"(hbm {out['hbm_token_hit_rate']:.1%}, dram {out['dram_token_hit_rate']:.1%}, "
+          f"ssd {out['ssd_token_hit_rate']:.1%})")
+    print(f"  recomputed tokens: {r.recomputed_tokens:,} of {r.input_tokens:,}")
+    print("  bytes moved: " + ", ".join(f"{k} {v / 1e9:,.1f} GB" for k, v in r.moved_bytes.items()))
+    print(f"  TTFT: mean {out['ttft_mean_s']:.3f} s, p50 {out['ttft_p50_s']:.3f} s, p99 {out['ttft_p99_s']:.3f} s")
+    return 0
+
+
+def register(sub) -> None:
+    m = sub.add_parser("simulate", help="HBM / DRAM / SSD KV tiering on a request trace")
+    m.add_argument("--trace", default="synthetic",
+                   help="'synthetic', a path, or conversation / mooncake_synthetic (from ../shared/traces)")
+    m.add_argument("--model", required=True)
+    m.add_argument("--hbm-gb", type=_number("--hbm-gb"), required=True, help="KV budget in HBM, GB")
+    m.add_argument("--dram-gb", type=_number("--dram-gb"), default=0.0)
+    m.add_argument("--ssd-gb", type=_number("--ssd-gb"), default=0.0)
+    m.add_argument("--policy", default="lru", choices=["lru", "lfu"])
+    m.add_argument("--ttl-s", type=_number("--ttl-s"), default=None, help="host DRAM TTL in seconds (default none)")
+    m.add_argument("--gpu", default="H100", help="bandwidths for the TTFT estimate")
+    m.add_argument("--prefill-tps", type=_number("--prefill-tps"), default=10_000.0,
+                   help="prefill tokens/s for recomputed tokens (assumption; default 10,000)")
+    m.add_argument("--kv-format", default=None)
+    m.add_argument("--seed", type=_count("--seed"), default=0, help="seed of the synthetic workload")
+    m.add_argument("--limit", type=_count("--limit"), default=None, help="read only the first N requests")
+    m.add_argument("--no-progress", action="store_true")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=cmd_simulate)
