@@ -1,4 +1,5 @@
 """Notebook 04 end to end with small parameters (papermill), its recorded results checked."""
+import papermill as pm
 import pytest
 
 from nbutil import run_notebook
@@ -23,3 +24,11 @@ def test_nb_04_small(tmp_path):
     assert r["replay_tokens"] == 16 and 0 < r["replay_flops_fraction_of_prefill"] < 1
     assert r["v41_session_bytes_1m"] > 890 * (1 << 20)  # growing 890 B/token plus bounded windows
     assert r["stack_kl_v41_bf16"] >= 0 and len(r["frontier"]) >= 2
+
+
+@pytest.mark.parametrize("kw,match", [({"top_k": 10_000}, "parameter top_k = 10000 is larger than the shortest context"),
+                                      ({"mechanisms": ["dense", "flash"]}, "parameter mechanisms must be one of"),
+                                      ({"needle_depths": [0.5, float("nan")]}, "parameter needle_depths")])
+def test_bad_parameter_stops_in_the_first_cells(tmp_path, kw, match):
+    with pytest.raises(pm.PapermillExecutionError, match=match):
+        run_notebook("04", tmp_path, **kw)
