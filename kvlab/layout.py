@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from .checks import cdiv
+from .checks import cdiv, need_int
 from .errors import ParameterError
 from .formats import Format, dtype_format, get_format
 from .models import ModelSpec, load_model
@@ -219,27 +219,16 @@ class Layout:
 
 
 def check_tokens(tokens) -> int:
-    """A token count: a non-negative integer (numpy integers and integral floats accepted)."""
-    if isinstance(tokens, bool):
-        raise ParameterError(f"tokens must be a non-negative integer, got {tokens!r}")
-    if isinstance(tokens, float) and tokens.is_integer():
-        tokens = int(tokens)
-    try:
-        import operator
-        tokens = operator.index(tokens)
-    except TypeError:
-        raise ParameterError(f"tokens must be a non-negative integer, got {tokens!r}") from None
-    if tokens < 0:
-        raise ParameterError(f"tokens must be a non-negative integer, got {tokens}")
-    return tokens
+    """A token count: an integer >= 0 (numpy integers and integral floats accepted)."""
+    return need_int("tokens", tokens, 0)
 
 
 # --- the formats each scheme gives each role --------------------------------------------------
-# Entry recipes: a role maps to a list of (part, format) where part is "all", "nope" or "rope"
+# ENTRY_FORMATS[(family, scheme)][role]: a list of (part, format) where part is "all", "nope" or "rope"
 # ("latent" for MLA). None as a format means the checkpoint dtype. Sources: models.md.
 V4_ENTRY = (("nope", "fp8_e4m3_b64_ue8m0"), ("rope", "bf16"))  # 448 + 7 + 128 = 583 -> 584 B (align 8)
 FP8_DS_MLA = (("latent", "fp8_e4m3_b128"), ("rope", "bf16"))  # 512 + 16 + 128 = 656 B (FlashMLA / vLLM)
-RECIPES: dict[tuple[str, str], dict[str, tuple]] = {
+ENTRY_FORMATS: dict[tuple[str, str], dict[str, tuple]] = {
     ("dense", "storage"): {"kv": (("all", None),)},
     ("dense", "vllm"): {"kv": (("all", None),)},
     ("mla", "storage"): {"latent": (("latent", None), ("rope", None))},
@@ -259,11 +248,11 @@ def _entry(spec: ModelSpec, family: str, scheme: str, role: str, dims: dict[str,
     if kv_format is not None or scheme == "bf16":
         fmt = kv_format or get_format("bf16")
         return Entry((Part(role, sum(dims.values()), fmt),))
-    recipe = RECIPES.get((family, scheme))
+    recipe = ENTRY_FORMATS.get((family, scheme))
     if recipe is None:
         raise ParameterError(f"{spec.name}: no published {scheme!r} layout for a {family} model "
                              f"({spec.description}); use one of: "
-                             f"{', '.join(s for s in SCHEMES if (family, s) in RECIPES or s == 'bf16')}")
+                             f"{', '.join(s for s in SCHEMES if (family, s) in ENTRY_FORMATS or s == 'bf16')}")
     parts = []
     for part, fname in recipe[role]:
         n = sum(dims.values()) if part == "all" else dims[part]
@@ -276,7 +265,7 @@ def build_layout(model: str | ModelSpec, scheme: str = "storage", kv_format: str
     """The cache layout of a model (catalog name, config path or spec) under a scheme and format."""
     spec = load_model(model)
     if scheme not in SCHEMES:
-        raise ParameterError(f"unknown layout {scheme!r}; choose one of {', '.join(SCHEMES)}")
+        raise ParameterError(f"unknown layout scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
     fmt = get_format(kv_format) if kv_format is not None else None
     builder = {"dense": _dense, "mla": _mla, "mla_dsa": _mla, "dsv4": _dsv4, "dsv41": _dsv41}[spec.family]
     layers, notes = builder(spec, scheme, fmt)

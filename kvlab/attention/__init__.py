@@ -7,7 +7,8 @@ from .checks import AttentionShapeError, SelectionError
 from .compress import Compressor, CompressorState, gated_pool, pool_keys
 from .dense import attention_probs, causal_mask, dense_attention
 from .indexer import candidate_pool, index_scores, select_topk, sparse_attention
-from .metrics import cosine, kl, logits_kl, mass_covered, recall_at_k, rel_error
+from ..quant.metrics import cosine, rel_error
+from .metrics import kl, logits_kl, mass_covered, recall_at_k
 from .mla import MLAWeights, mla_absorbed, mla_decode, mla_expanded
 from .sharing import LayerPlan, model_plan, scaled_plan
 from .stack import Stack, StackConfig

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .checks import AttentionShapeError, need_dims, need_int, same
+from ..checks import need_int
+from .checks import AttentionShapeError, SelectionError, need_dims, same
 from .rope import apply_rope, rms_norm
 
 
@@ -24,7 +25,7 @@ def gated_pool(kv: torch.Tensor, gate: torch.Tensor, m: int, overlap: bool,
 
     `prev` = (Ca kv, Ca gate) [B, m, d] of the window before the first one (overlap only); without it
     window 0's first half gets zero weight (-inf gate)."""
-    need_int("compression ratio m", m)
+    m = need_int("compression ratio m", m, 1, error=SelectionError)
     need_dims("kv", kv, 3, "[B, T, width]")
     same("kv shape", kv.shape, "gate shape", gate.shape)
     b, t, width = kv.shape
@@ -49,7 +50,7 @@ def gated_pool(kv: torch.Tensor, gate: torch.Tensor, m: int, overlap: bool,
 def pool_keys(x: torch.Tensor, m: int, overlap: bool = False) -> torch.Tensor:
     """Weight-free compression of given keys or values [B, (H,) T, d] with a uniform gate (mean pooling
     over m, or over 2m overlapping tokens): [B, (H,) T // m, d]. A partial last window is left out."""
-    need_int("compression ratio m", m)
+    m = need_int("compression ratio m", m, 1, error=SelectionError)
     shape = x.shape
     flat = x.reshape(-1, shape[-2], shape[-1])  # [B*H, T, d]
     n = flat.shape[1] // m * m
@@ -75,7 +76,7 @@ class Compressor:
     eps: float = 1e-6  # RMSNorm epsilon
 
     def __post_init__(self):
-        need_int("compression ratio m", self.ratio)
+        self.ratio = need_int("compression ratio m", self.ratio, 1, error=SelectionError)
         same("w_kv width", self.w_kv.shape[1], "compressor width", self.width)
         same("bias shape[0]", self.bias.shape[0], "compression ratio m", self.ratio)
 
@@ -90,7 +91,7 @@ class Compressor:
     @classmethod
     def random(cls, hidden: int, dim: int, ratio: int, overlap: bool, rope_dim: int = 0, seed: int = 0,
                rope_theta: float = 160000.0) -> "Compressor":
-        need_int("compression ratio m", ratio)
+        ratio = need_int("compression ratio m", ratio, 1, error=SelectionError)
         g = torch.Generator().manual_seed(seed)
         w = dim * (2 if overlap else 1)
         w_kv = torch.randn(hidden, w, generator=g) / math.sqrt(hidden)  # [hidden, width]

@@ -22,13 +22,15 @@ from dataclasses import dataclass
 
 import torch
 
+from ..checks import need_int
 from ..formats import get_format
+from ..quant.metrics import cosine, rel_error
 from ..quant.roundtrip import roundtrip
-from .checks import SelectionError, need_int
+from .checks import SelectionError
 from .compress import pool_keys
 from .dense import attention_probs, dense_attention
 from .indexer import candidate_pool, index_scores, select_topk
-from .metrics import cosine, kl, mass_covered, recall_at_k, rel_error
+from .metrics import kl, mass_covered, recall_at_k
 from .mla import MLAWeights, mla_absorbed, mla_expanded
 from .window import window_positions
 
@@ -57,7 +59,7 @@ class EvalSetup:
     def __post_init__(self):
         for k in ("heads", "kv_heads", "head_dim", "index_heads", "index_dim", "window", "topk", "candidate_blocks",
                   "candidate_block_size", "csa_ratio", "hca_ratio"):
-            need_int(k, getattr(self, k))
+            object.__setattr__(self, k, need_int(k, getattr(self, k), 1, error=SelectionError))  # frozen
         if self.heads % self.kv_heads:
             raise SelectionError(f"heads = {self.heads} is not a multiple of kv_heads = {self.kv_heads}")
 
@@ -82,7 +84,7 @@ def problem(setup: EvalSetup, tokens: int, seed: int = 0, needle_depth: float | 
     Background logits q.k / sqrt(D) are about N(0, 1); `hot` random keys (and, more weakly, the most recent
     tokens) are aligned with the query so their logits sit `strength` to 2 x `strength` higher. A needle key
     gets logit 2.5 x `strength` and a distinct value."""
-    need_int("tokens", tokens)
+    tokens = need_int("tokens", tokens, 1, error=SelectionError)
     s = setup
     g = torch.Generator().manual_seed(seed)
     D = s.head_dim
@@ -216,7 +218,7 @@ def run_mla(setup: EvalSetup, tokens: int, seed: int = 0, fmt: str = "bf16", ran
             d_rope: int = 16) -> dict:
     """MLA decode over a latent cache [c | k_pe] stored in `fmt` (absorbed path) against the expanded path
     in fp32 on the same latent: the error the latent's format adds (the mechanism itself is exact)."""
-    need_int("tokens", tokens)
+    tokens = need_int("tokens", tokens, 1, error=SelectionError)
     s = setup
     g = torch.Generator().manual_seed(seed)
     w = MLAWeights.random(s.heads, rank, s.head_dim, d_rope, s.head_dim, seed=seed)

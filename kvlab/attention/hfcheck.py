@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from ..quant.metrics import rel_error
 from .compress import Compressor
 from .indexer import index_scores, select_topk, sparse_attention
-from .metrics import rel_error
 from .rope import apply_rope, rms_norm
 
 TINY = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=1, head_dim=16, partial_rotary_factor=0.5,

@@ -12,7 +12,8 @@ import math
 
 import torch
 
-from .checks import SelectionError, need_dims, need_int, same
+from ..checks import cdiv, need_int
+from .checks import SelectionError, need_dims, same
 
 
 def index_scores(q_idx: torch.Tensor, weights: torch.Tensor, k_idx: torch.Tensor) -> torch.Tensor:
@@ -31,7 +32,7 @@ def index_scores(q_idx: torch.Tensor, weights: torch.Tensor, k_idx: torch.Tensor
 def select_topk(scores: torch.Tensor, k: int, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Indices [..., k] of the k best positions; positions not `valid` are never chosen (-1 when a row
     has fewer than k valid ones). A k larger than the pool is an error."""
-    need_int("top-k", k)
+    k = need_int("top-k", k, 1, error=SelectionError)
     if k > scores.shape[-1]:
         raise SelectionError(f"top-k = {k} is larger than the pool of {scores.shape[-1]} positions")
     if valid is not None:
@@ -44,10 +45,10 @@ def select_topk(scores: torch.Tensor, k: int, valid: torch.Tensor | None = None)
 def candidate_pool(scores: torch.Tensor, blocks: int, block_size: int) -> torch.Tensor:
     """Positions [..., <= blocks * block_size] of the `blocks` best blocks of `block_size` consecutive
     positions, a block scored by its best position (ascending; -1 pads a partial last block)."""
-    need_int("candidate blocks", blocks)
-    need_int("candidate block size", block_size)
+    blocks = need_int("candidate blocks", blocks, 1, error=SelectionError)
+    block_size = need_int("candidate block size", block_size, 1, error=SelectionError)
     n = scores.shape[-1]
-    nb = -(-n // block_size)
+    nb = cdiv(n, block_size)  # blocks, the last one maybe partial
     pad = scores.new_full((*scores.shape[:-1], nb * block_size - n), float("-inf"))
     bs = torch.cat([scores, pad], -1).unflatten(-1, (nb, block_size)).amax(-1)  # [..., nb]
     top = bs.sort(dim=-1, descending=True, stable=True).indices[..., :min(blocks, nb)].sort(-1).values  # [..., b]

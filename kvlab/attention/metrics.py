@@ -1,18 +1,8 @@
-"""Accuracy of an approximate attention against the dense reference on the same inputs."""
+"""Accuracy of an approximate attention against the dense reference on the same inputs: distributions
+(KL), selections (recall, mass covered). Output errors (rel_error, cosine) are kvlab.quant.metrics'."""
 from __future__ import annotations
 
 import torch
-
-
-def rel_error(ref: torch.Tensor, approx: torch.Tensor) -> float:
-    """||approx - ref|| / ||ref||."""
-    return float((approx.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
-
-
-def cosine(ref: torch.Tensor, approx: torch.Tensor) -> float:
-    """Cosine similarity of the flattened outputs."""
-    a, b = ref.float().flatten(), approx.float().flatten()  # [N] each
-    return float(a @ b / (a.norm() * b.norm()).clamp_min(1e-30))
 
 
 def kl(p: torch.Tensor, q: torch.Tensor, eps: float = 1e-12) -> float:

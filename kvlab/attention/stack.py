@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..checks import need_int
 from ..cache.store import KVStore, vector_store
 from ..models import load_model
-from .checks import AttentionShapeError, SelectionError, need_dims, need_int
+from .checks import AttentionShapeError, SelectionError, need_dims
 from .compress import Compressor, CompressorState
 from .indexer import candidate_pool, index_scores, select_topk, sparse_attention
+from .metrics import logits_kl
 from .rope import apply_rope, rms_norm
 from .sharing import LayerPlan, scaled_plan
 from .window import WindowState
@@ -52,13 +54,12 @@ class StackConfig:
     def __post_init__(self):
         for name in ("layers", "hidden", "heads", "head_dim", "index_heads", "index_dim", "window", "index_topk",
                      "candidate_block_size", "vocab"):
-            need_int(name, getattr(self, name))
+            setattr(self, name, need_int(name, getattr(self, name), 1, error=SelectionError))
         if self.candidate_blocks is not None:
-            need_int("candidate_blocks", self.candidate_blocks)
+            self.candidate_blocks = need_int("candidate_blocks", self.candidate_blocks, 1, error=SelectionError)
         if not 0 <= self.rope_dim <= self.head_dim or self.rope_dim % 2:
             raise SelectionError(f"rope_dim must be even and at most head_dim ({self.head_dim}), got {self.rope_dim}")
-        for r, s in self.ratio_map.items():
-            need_int(f"ratio_map[{r}]", s)
+        self.ratio_map = {r: need_int(f"ratio_map[{r}]", s, 1, error=SelectionError) for r, s in self.ratio_map.items()}
         bad = set(self.formats) - set(ROLES)
         if bad:
             raise SelectionError(f"formats names unknown roles {sorted(bad)}; roles are {', '.join(ROLES)}")
@@ -353,8 +354,8 @@ def compare_decoding(cfg: StackConfig, prompt: int, steps: int, seed: int = 0, d
     """Prefill `prompt` random tokens then decode `steps` more (teacher forced) with the stack (compressed, or
     dense=True) and a dense reference (`reference`, default the same config: same weights); the mean KL of
     next-token distributions and the bytes each holds."""
-    need_int("prompt", prompt)
-    need_int("steps", steps)
+    prompt = need_int("prompt", prompt, 1, error=SelectionError)
+    steps = need_int("steps", steps, 1, error=SelectionError)
     ids = torch.randint(0, cfg.vocab, (1, prompt + steps), generator=torch.Generator().manual_seed(seed))  # [1, T]
     out = {}
     for name, c, d in (("sparse", cfg, dense), ("dense", reference or cfg, True)):
@@ -362,7 +363,6 @@ def compare_decoding(cfg: StackConfig, prompt: int, steps: int, seed: int = 0, d
         first = s.prefill(ids[:, :prompt])
         out[name] = torch.cat([first[:, None], s.decode(ids[:, prompt:prompt + steps - 1])], 1)[0]  # [steps, V]
         out[f"{name}_bytes"] = s.cache_bytes()["total"]
-    from .metrics import logits_kl
     return dict(kl=logits_kl(out["dense"], out["sparse"]), sparse_bytes=out["sparse_bytes"],
                 dense_bytes=out["dense_bytes"],
                 top1_agree=float((out["dense"].argmax(-1) == out["sparse"].argmax(-1)).float().mean()))
@@ -372,7 +372,6 @@ def compare_decoding(cfg: StackConfig, prompt: int, steps: int, seed: int = 0, d
 def replay_experiment(cfg: StackConfig, prompt: int, ttl: float, idle: float, seed: int = 0) -> dict:
     """Offload the windows after a prompt, come back after `idle` seconds: a hit restores them, a miss
     replays the last `window` tokens. Reports the replay cost and the next-token KL against no offload."""
-    from .metrics import logits_kl
     ids = torch.randint(0, cfg.vocab, (1, prompt + 1), generator=torch.Generator().manual_seed(seed))  # [1, T + 1]
     ref = Stack(cfg)
     ref.prefill(ids[:, :prompt])
