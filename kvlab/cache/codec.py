@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import ShapeError
 from ..layout import Entry
 from . import quantizer
 
@@ -21,7 +22,7 @@ def encode(x: torch.Tensor, entry: Entry, tensor_scales: list[torch.Tensor] | No
     later appends stay on the first chunk's scale; returns the packed rows and those scales."""
     n, copies, elements = x.shape
     if elements != entry.elements:
-        raise ValueError(f"entry holds {entry.elements} elements per copy, got {elements}")
+        raise ShapeError(f"entry holds {entry.elements} elements per copy, got {elements}")
     out = torch.zeros(n, copies, entry.nbytes, dtype=torch.uint8, device=x.device)  # [N, C, entry B]
     scales_out, off, pos = [], 0, 0
     for i, p in enumerate(entry.parts):
