@@ -3,7 +3,7 @@
 A notebook's first code cell (tagged `parameters`) declares typed, commented defaults for papermill; the cell
 after it builds that notebook's parameters dataclass from them in one line,
 
-    p = SessionsParams.of(globals())  # checks every parameter: a bad one stops here, named
+    params = SessionsParams.of(globals())  # checks every parameter: a bad one stops here, named
 
 and `__post_init__` checks each field with the checks below (built on kvlab.checks: need_int, need_number,
 need_choice), so a bad parameter fails in the notebook's first cells with one ParameterError that names the
@@ -11,7 +11,9 @@ parameter, its value and what is allowed. Checks validate and never convert: lat
 parameters by their own names, exactly as declared (an integer parameter given 1e6 is refused, not turned
 into a float that flows on). Values derived from the parameters (resolved formats, a seed list) are fields
 with init=False, set in `__post_init__`. The dataclass lives beside the notebook's helpers (the module its
-later cells call); its fields carry the parameters' names and defaults.
+later cells call); its fields carry the parameters' names, in order, without defaults (the parameters cell
+holds them, for papermill --help-notebook). Checks are named need_* like kvlab.checks', so they do not
+collide with parameter names.
 """
 from __future__ import annotations
 
