@@ -4,6 +4,8 @@ from fractions import Fraction
 import papermill as pm
 import pytest
 
+from kvlab.compare import DeepSeek890Params
+from kvlab.errors import ParameterError
 from kvlab.layout import build_layout
 from nbutil import run_notebook
 
@@ -31,9 +33,16 @@ def test_other_model(tmp_path):
     assert r["bytes_per_token"] == float(build_layout("deepseek-v4-pro").bytes_per_token)
 
 
-@pytest.mark.parametrize("kw,match", [({"context_tokens": 0}, "parameter context_tokens"),
-                                      ({"baseline": "nope"}, "parameter baseline"),
-                                      ({"kv_format": "fp5"}, "parameter kv_format")])
-def test_bad_parameter_stops_in_the_first_cells(tmp_path, kw, match):
-    with pytest.raises(pm.PapermillExecutionError, match=match):
-        run_notebook("02", tmp_path, **kw)
+def test_bad_parameter_stops_in_the_first_cells(tmp_path):
+    with pytest.raises(pm.PapermillExecutionError, match="parameter context_tokens must be an integer >= 1, got 0"):
+        run_notebook("02", tmp_path, context_tokens=0)
+
+
+@pytest.mark.parametrize("kw,match", [({"baseline": "nope"}, "parameter baseline: unknown model 'nope'"),
+                                      ({"kv_format": "fp5"}, "parameter kv_format: unknown number format 'fp5'"),
+                                      ({"context_tokens": 1e6}, "parameter context_tokens must be an integer")])
+def test_bad_parameters(kw, match):
+    p = dict(model="deepseek-v4.1-flash", baseline="deepseek-v4-flash", first_generation="deepseek-llm-67b",
+             kv_format="", context_tokens=1_000_000)
+    with pytest.raises(ParameterError, match=match):
+        DeepSeek890Params.of({**p, **kw})
