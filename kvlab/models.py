@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError, UnknownModelError
+from .resources import package_dir
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DATA_DIR = package_dir("data")  # data/ at the repository top, package data in a wheel
 CATALOG_DIR = DATA_DIR / "models"
 
 # Architecture families that kvlab can lay out; detected from the config's fields.

@@ -15,10 +15,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import ParameterError
+from ..resources import package_dir
 from .record import read_results
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOK_DIR = ROOT / "notebooks"
+NOTEBOOK_DIR = package_dir("notebooks")  # notebooks/ at the repository top, package data in a wheel
 
 
 @dataclass
