@@ -55,6 +55,11 @@ lab: setup
 bench: setup
 	$(BIN)/python -m benchmarks
 
+# On a machine with an NVIDIA GPU (and a CUDA torch: make clean; make setup TORCH=...): the CUDA-only tests, notebook 05
+# and the decode and quantizer benchmarks on the device, into data/measurements/<gpu-name>.json. Elsewhere: one line.
+gpu-check: setup
+	$(BIN)/python -m benchmarks.gpu_check
+
 # Re-execute the committed notebooks in place (their stored outputs are what nbval compares).
 notebooks: setup
 	for nb in notebooks/[0-9][0-9]_*.ipynb; do \
