@@ -60,6 +60,10 @@ bench: setup
 gpu-check: setup
 	$(BIN)/python -m benchmarks.gpu_check
 
+# The README's pictures: figures from runs/latest's executed notebooks (running those it lacks) into docs/figures/.
+figures: setup
+	$(BIN)/python -m kvlab.nb.figures
+
 # Re-execute the committed notebooks in place (their stored outputs are what nbval compares).
 notebooks: setup
 	for nb in notebooks/[0-9][0-9]_*.ipynb; do \

@@ -28,7 +28,8 @@ SKIP = shutil.ignore_patterns(".git", ".venv", "runs", "build", "dist", "*.egg-i
 def _run(cmd, cwd, timeout=300, env=None):
     r = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                        env=env or _clean_env())
-    assert r.returncode == 0, f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stdout[-2000:]}{r.stderr[-4000:]}"
+    assert r.returncode == 0, \
+        f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stdout[-2000:]}{r.stderr[-4000:]}"
     return r.stdout
 
 

@@ -18,6 +18,7 @@ from typing import Callable
 
 FIGURES_START = "<!-- figures: written by `make figures` (kvlab/nb/figures.py); edit captions there -->"
 FIGURES_END = "<!-- /figures -->"
+SWEEP_START, SWEEP_END = "<!-- sweep: ", "<!-- /sweep -->"  # the README's example sweep table (--sweep DIR)
 
 
 @dataclass(frozen=True)
@@ -50,15 +51,15 @@ FIGURES = [
            lambda r: f"Qwen3-8B stores {_n(r['bytes_per_token'])} B per token, DeepSeek V4.1-Flash "
                      f"{_n(r['catalog_bytes_per_token']['deepseek-v4.1-flash'])}"),
     Figure("deepseek-890", "02", "ways, against",
-           "DeepSeek V4.1-Flash's KV bytes per token against V4-Flash counted each way: BF16, storage format, vLLM "
-           "unpadded and page-padded",
+           "DeepSeek V4.1-Flash's KV bytes per token against V4-Flash counted in BF16, in its storage format and as "
+           "vLLM lays it out (unpadded, page-padded)",
            lambda r: f"{_n(r['bytes_per_token'])} B against {_n(min(r['baseline_bytes_per_token'].values()))} to "
                      f"{_n(max(r['baseline_bytes_per_token'].values()))} B"),
     Figure("frontier", "08", "frontier",
            "Memory against quality: bytes per token of each KV format against the quality it keeps"),
     Figure("sessions-per-gpu", "06", "sessions per GPU (log)",
            "Sessions that fit on one GPU per model, GPU and session length, weights and bounded state counted",
-           lambda r: "1M-token sessions per H200: " + ", ".join(
+           lambda r: "at 1M tokens an H200 holds " + ", ".join(
                f"{m} {r['sessions_per_gpu'][f'{m}|H200|1000000']}"
                for m in ("qwen3-8b", "deepseek-v4-flash", "deepseek-v4.1-flash"))),
     Figure("hit-rate", "07", "prefix_hit_curve",
@@ -141,12 +142,43 @@ def write(run_dir: Path, out_dir: Path, readme: Path | None, runs_root: Path, lo
     return written
 
 
+def sweep_table(folder: Path, width: int = 40) -> str:
+    """A sweep's table as Markdown: parameters, status and the recorded results short enough to read."""
+    import pandas as pd
+
+    df = pd.read_csv(Path(folder) / "results.csv", keep_default_na=False, dtype=str)
+    df = df.drop(columns=[c for c in ("error", "folder") if c in df.columns])
+    df = df[[c for c in df.columns if df[c].str.len().max() <= width]]
+
+    def cell(v: str) -> str:
+        return f"{int(v):,}" if v.lstrip("-").isdigit() else (v or '""')
+
+    rows = [" | ".join(df.columns), " | ".join("---" for _ in df.columns)]
+    rows += [" | ".join(cell(v) for v in r) for r in df.itertuples(index=False)]
+    return "\n".join(f"| {r} |" for r in rows)
+
+
+def write_sweep(folder: Path, readme: Path) -> None:
+    """Rewrite the README's sweep block with the table of the sweep in `folder`."""
+    text = readme.read_text()
+    if SWEEP_START not in text or SWEEP_END not in text:
+        raise SystemExit(f"figures: {readme} has no sweep block ({SWEEP_START}... {SWEEP_END})")
+    head, rest = text.split(SWEEP_START, 1)
+    command, rest = rest.split("\n", 1)
+    tail = rest.split(SWEEP_END, 1)[1]
+    readme.write_text(f"{head}{SWEEP_START}{command}\n{sweep_table(folder)}\n{SWEEP_END}{tail}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kvlab.nb.figures", description=__doc__.splitlines()[0])
     ap.add_argument("--run", default="runs/latest", help="run folder to take figures from (default runs/latest)")
     ap.add_argument("--out", default="docs/figures", help="folder for the PNGs (default docs/figures)")
     ap.add_argument("--readme", default="README.md", help="README whose figures block is rewritten ('' : none)")
+    ap.add_argument("--sweep", metavar="DIR", help="instead: put the table of the sweep in DIR into the README")
     args = ap.parse_args(argv)
+    if args.sweep:
+        write_sweep(Path(args.sweep), Path(args.readme))
+        return 0
     run_dir = Path(args.run)
     write(run_dir, Path(args.out), Path(args.readme) if args.readme else None, run_dir.parent,
           log=lambda m: print(m, file=sys.stderr))
