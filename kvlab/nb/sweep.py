@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -239,6 +240,12 @@ def run_sweep(notebook: str, grid: dict | str | Path | None = None, out_root: st
             _run_points(sweep, todo, str(path), workers, scheduler, progress, seconds, log)
         except KeyboardInterrupt:
             sweep.interrupted = True
+        except ParameterError:  # no cluster to run on: nothing ran, so nothing is left behind
+            if resume is None:
+                shutil.rmtree(folder)
+            else:
+                _write_json(folder / SWEEP_FILE, before)
+            raise
     for p in points:
         sweep.status.setdefault(p.folder, "not run")
     sweep.table = table(folder, points, stem)
