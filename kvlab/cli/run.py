@@ -13,9 +13,14 @@ def _param_value(s: str):
 
 
 def cmd_run(args):
-    from ..nb.runner import run_notebooks, summary_table
+    from ..nb.runner import RunInterrupted, run_notebooks, summary_table
     params = {k: _param_value(v) for k, v in (args.param or [])}
-    run_dir, runs = run_notebooks(args.notebooks, params, args.out, log=lambda m: print(m, file=sys.stderr))
+    try:
+        run_dir, runs = run_notebooks(args.notebooks, params, args.out, log=lambda m: print(m, file=sys.stderr))
+    except RunInterrupted as e:
+        print(f"kvlab: interrupted ({e.signal_name}): {e.run_dir} holds a partial run, marked interrupted",
+              file=sys.stderr)
+        return 130
     print(summary_table(runs))
     print(f"results: {run_dir / 'results.json'}")
     failed = [r.name for r in runs if r.status != "ok"]
