@@ -74,26 +74,36 @@ def read_config(name_or_path: str | Path) -> tuple[str, dict]:
     key = os.fspath(name_or_path)
     if not key.strip():
         raise UnknownModelError(f"model name is empty; choose one of {', '.join(catalog_names())} or a config.json path")
-    cat = CATALOG_DIR / f"{key.lower()}.json"
-    if "/" not in key and "\\" not in key and cat.exists():
-        path, name = cat, key.lower()
-    else:
-        path = Path(key)
-        if path.is_dir():
-            if not (path / "config.json").is_file():
-                raise UnknownModelError(f"model folder {key!r} holds no config.json")
-            path = path / "config.json"
-        if not path.is_file():
-            raise UnknownModelError(
-                f"unknown model {key!r}: not in the catalog ({', '.join(catalog_names())}) and not a config.json path")
-        name = path.parent.name if path.name == "config.json" else path.stem
+    try:
+        path, name = _config_path(key)
+    except UnknownModelError:
+        raise
+    except (OSError, ValueError) as e:  # a name too long for the file system, a NUL byte, ...
+        raise UnknownModelError(f"unknown model {key[:80]!r}: not in the catalog and not a usable path "
+                                f"({getattr(e, 'strerror', None) or e})") from None
     try:
         cfg = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path}: not a readable JSON config ({e})") from None
+    except (OSError, ValueError, RecursionError) as e:  # unreadable, not UTF-8, not JSON, absurdly nested
+        raise ConfigError(f"{path}: not a readable JSON config ({str(e)[:200]})") from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"{path}: a config.json must hold a JSON object")
     return name, cfg
+
+
+def _config_path(key: str) -> tuple[Path, str]:
+    """(path of the config.json, model name) for a catalog name, a config file or a folder holding one."""
+    cat = CATALOG_DIR / f"{key.lower()}.json"
+    if "/" not in key and "\\" not in key and cat.exists():
+        return cat, key.lower()
+    path = Path(key)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise UnknownModelError(f"model folder {key!r} holds no config.json")
+        path = path / "config.json"
+    if not path.is_file():
+        raise UnknownModelError(
+            f"unknown model {key!r}: not in the catalog ({', '.join(catalog_names())}) and not a config.json path")
+    return path, (path.parent.name if path.name == "config.json" else path.stem)
 
 
 def _int(cfg: dict, key: str, name: str, default=None, required=True, minimum=1, maximum=MAX_DIM):

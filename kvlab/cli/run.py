@@ -8,7 +8,7 @@ import sys
 def _param_value(s: str):
     try:
         return ast.literal_eval(s)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):  # not a Python literal: the text
         return s
 
 

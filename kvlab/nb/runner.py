@@ -66,8 +66,13 @@ def resolve(names: list[str] | None) -> list[Path]:
 
 
 def declared_parameters(path: Path) -> dict:
+    """The parameters a notebook's `parameters` cell declares; a file that is not a notebook is refused."""
     import papermill as pm
-    return pm.inspect_notebook(str(path))
+    try:
+        return pm.inspect_notebook(str(path))
+    except Exception as e:  # nbformat / json / UnicodeDecode errors of a broken file
+        raise ParameterError(f"{path}: not a readable notebook ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0][:160] if str(e) else ''})") from None
 
 
 def kernel_name() -> str:

@@ -73,7 +73,7 @@ def weight_bytes(model: str | ModelSpec) -> WeightEstimate:
     table = json.loads(WEIGHTS_FILE.read_text())["models"]
     if spec.name not in table:
         raise ParameterError(f"no weight estimate for {spec.name!r} (known: {', '.join(table)}); "
-                             "pass weight_bytes / --weight-gb")
+                             "pass weights= (bytes) or --weight-gb")
     entry = table[spec.name]
     _, raw = read_config(spec.name)
     quant = raw.get("quantization_config") or spec.config.get("quantization_config")
