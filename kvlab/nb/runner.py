@@ -260,6 +260,40 @@ def _raise_on_sigterm(signum, frame):
     raise KeyboardInterrupt("SIGTERM")
 
 
+_KERNELS: "weakref.WeakSet" = None  # kernel managers the runner started (nbclient leaves one behind when
+#                                     Ctrl-C lands while the kernel starts)
+
+
+def _kernel_manager_class():
+    """nbclient's AsyncKernelManager, remembering each instance so an interrupted run can stop its kernel."""
+    global _KERNELS
+    import weakref
+
+    from jupyter_client.manager import AsyncKernelManager
+
+    if _KERNELS is None:
+        _KERNELS = weakref.WeakSet()
+
+    class TrackedKernelManager(AsyncKernelManager):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            _KERNELS.add(self)
+
+    return TrackedKernelManager
+
+
+def _stop_kernels() -> None:
+    """Kill any kernel the runner started that is still running (after an interruption)."""
+    from jupyter_core.utils import run_sync
+
+    for km in list(_KERNELS or ()):
+        try:
+            if km.has_kernel:
+                run_sync(km.shutdown_kernel)(now=True)
+        except Exception:  # pragma: no cover - already gone; nothing more to do
+            pass
+
+
 def run_notebooks(names: list[str] | None = None, parameters: dict | None = None, out_root: str | Path = "runs",
                   kernel: str | None = None, log=print) -> tuple[Path, list[NotebookRun]]:
     """Execute notebooks into a new run folder; returns (folder, outcomes). Never raises for a failing notebook."""
@@ -293,6 +327,7 @@ def run_notebooks(names: list[str] | None = None, parameters: dict | None = None
                                  kernel, log))
             current = None
     except KeyboardInterrupt as e:
+        _stop_kernels()
         sig = "SIGTERM" if str(e) == "SIGTERM" else "SIGINT"
         reason = f"{sig} ({'kill' if sig == 'SIGTERM' else 'Ctrl-C'}) stopped the batch"
         done = {r.name for r in runs}
@@ -321,7 +356,8 @@ def _run_one(pm, p: Path, run_dir: Path, params: dict, kernel: str, log) -> Note
     status, error = "ok", ""
     try:
         pm.execute_notebook(str(p), str(out), parameters=params, kernel_name=kernel, cwd=str(p.parent),
-                            progress_bar=False, log_output=False)
+                            progress_bar=False, log_output=False, kernel_manager_class=_kernel_manager_class(),
+                            shutdown_kernel="immediate")  # outputs are in; on Ctrl-C, no kernel outlives us
     except Exception as e:  # papermill raises PapermillExecutionError with the cell's error
         status = "failed"
         error = (getattr(e, "ename", "") + ": " + str(getattr(e, "evalue", "")) if hasattr(e, "ename")

@@ -237,20 +237,20 @@ def _refuse_scale_overflow(fmt: Format, s: torch.Tensor) -> None:
 
 
 def _refuse_int_overflow(fmt: Format, s: torch.Tensor, mn: torch.Tensor) -> None:
-    """Integer groups: the scale (max - min) / (2^b - 1) and the zero point (min) must fit their stored types, or
-    the group would decode to inf / NaN."""
+    """Integer groups: the zero point (min) and the scale (max - min) / (2^b - 1) must fit their stored types, or
+    the group would decode to inf / NaN. The zero point first: when it overflows, no wider scale helps."""
     levels = 2**fmt.element.bits - 1
-    n, total, top = over(s, fmt.scale.max)
-    if n:
-        raise QuantizeError(f"quantize: {n} of {total} groups of x span up to {top * levels:.4g} (max - min), so "
-                            f"their scale (max - min) / {levels} = {top:.4g} exceeds {fmt.scale.name}'s "
-                            f"{fmt.scale.max:,g}; use {fits(fmt)}")
     n, total, top = over(mn.abs(), fmt.zero_point.max)
     if n:
         raise QuantizeError(f"quantize: {n} of {total} groups of x have a minimum of magnitude up to {top:.4g}, "
                             f"beyond {fmt.zero_point.name}'s {fmt.zero_point.max:,g} (the zero point); {fmt.name} "
                             f"holds |x| <= {max_input(fmt):,g}: scale x down or use a float format with FP32 block "
                             f"scales (e.g. fp8_e4m3_b{fmt.block})")
+    n, total, top = over(s, fmt.scale.max)
+    if n:
+        raise QuantizeError(f"quantize: {n} of {total} groups of x span up to {top * levels:.4g} (max - min), so "
+                            f"their scale (max - min) / {levels} = {top:.4g} exceeds {fmt.scale.name}'s "
+                            f"{fmt.scale.max:,g}; use {fits(fmt)}")
 
 
 def _empty(x: torch.Tensor, fmt: Format, qt: dict) -> QuantizedTensor:

@@ -18,7 +18,7 @@ TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.flo
 
 def decode_scale_bytes(b: torch.Tensor, element) -> torch.Tensor:
     """Scale bytes uint8 [..., k * width] of one scale type -> fp32 [..., k]."""
-    b = b.contiguous()
+    b = b.contiguous().flatten().reshape(b.shape)  # fresh strides: size-1 dims may keep odd ones, which view refuses
     if element.name in ("e4m3", "e5m2"):
         return decode_fp8(b, element)
     if element.kind == "pow2":
