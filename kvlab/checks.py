@@ -65,6 +65,14 @@ def need_choice(name: str, value, choices: Iterable, error: type[KvlabError] = P
     return value
 
 
+def need_list(name: str, value, what: str = "a list") -> list:
+    """`value` as a list: any iterable but a string (a single name where a list belongs would be read letter by
+    letter) or a mapping."""
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, Iterable):
+        raise WrongTypeError(f"{name} must be {what} (e.g. [...]), got {type(value).__name__} {_short(value)}")
+    return list(value)
+
+
 def need_type(name: str, value, types: type | tuple[type, ...], what: str):
     """`value` if it is an instance of `types` (never a bool unless bool is listed), else a WrongTypeError
     saying `what` belongs there."""

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 
+from kvlab import compare
 from kvlab.cli import main
 from kvlab.engines import Engine, allocate, paged
 from kvlab.errors import (ConfigError, KvlabError, ParameterError, RangeWarning, UnknownFormatError,
@@ -476,6 +477,13 @@ WRONG_KIND = [
     ("an unknown axis", _replace_qt(axis="rows"), ParameterError, ["axis", "'rows'"]),
     ("a shape that is not a tuple", _replace_qt(shape=64), WrongTypeError, ["shape", "int"]),
     ("a format that does not exist", _replace_qt(fmt="nvfp5"), UnknownFormatError, ["'nvfp5'"]),
+    ("formats as one name", lambda: compare.catalog_table("nvfp4"), WrongTypeError, ["formats", "str 'nvfp4'"]),
+    ("models as one name", lambda: compare.catalog_table(["nvfp4"], "qwen3-8b"), WrongTypeError, ["models", "str"]),
+    ("session lengths as one number", lambda: compare.session_table("qwen3-8b", 1000), WrongTypeError,
+     ["lengths", "int 1000"]),
+    ("countings of no model", lambda: compare.countings(3), WrongTypeError, ["model", "int"]),
+    ("layer summary of a name", lambda: compare.layer_summary("qwen3-8b"), WrongTypeError,
+     ["layout", "build_layout"]),
     ("KIVI with 3 bits", lambda: kivi_quantize(torch.randn(64, 8), torch.randn(64, 8), bits=3), ParameterError,
      ["bits", "2, 4, 8", "3"]),
     ("KIVI with groups of 0", lambda: kivi_quantize(torch.randn(64, 8), torch.randn(64, 8), group=0),
