@@ -134,6 +134,7 @@ CLI_ARGS = [
     ("unknown notebook", ["run", "99_nothing"], ["'99_nothing'", "01_kv_bytes_per_token"]),
     ("ambiguous notebook", ["run", "0"], ["no single notebook matches '0'"]),
     ("undeclared parameter", ["run", "01", "-p", "no_such_parameter", "3"], ["'no_such_parameter'", "not declared"]),
+    ("a notebook selected twice", ["run", "01", "01_kv_bytes_per_token"], ["selected twice"]),
     ("no command", [], ["command"]),
     ("unknown command", ["bites"], ["'bites'"]),
     ("missing model", ["bytes"], ["model"]),
@@ -153,6 +154,19 @@ def test_cli_arguments(desc, argv, words, capsys):
 def test_counts_people_write_are_read(text, value):
     from kvlab.cli.args import count
     assert count("--tokens")(text) == value
+
+
+@pytest.mark.parametrize("text,value", [("1,000,000", 1_000_000), ("1_000", 1000), ("[1, 2]", [1, 2]),
+                                        ("nvfp4", "nvfp4"), ("1,5", (1, 5))])
+def test_run_parameters_read_counts_as_people_write_them(text, value):
+    """-p context_tokens 1,000,000 is a count, not the tuple (1, 0, 0); other text is a literal or a string."""
+    from kvlab.cli.run import _param_value
+    assert _param_value(text) == value
+
+
+def test_run_api_refuses_a_single_name_and_a_non_dict():
+    _raises(lambda: runner.run_notebooks("01", {}), WrongTypeError, ["names", "str"])
+    _raises(lambda: runner.run_notebooks(["01"], [("x", 1)]), WrongTypeError, ["parameters", "list"])
 
 
 # --- 2. configs that describe no real model --------------------------------------------------------------------

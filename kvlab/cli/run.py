@@ -4,8 +4,13 @@ from __future__ import annotations
 import ast
 import sys
 
+from .args import parse_count
+
 
 def _param_value(s: str):
+    """A parameter's value: a count as people write it (1,000,000), else a Python literal, else the text."""
+    if "," in s and parse_count(s) is not None:  # 1,000,000 is a count, not the tuple (1, 0, 0)
+        return parse_count(s)
     try:
         return ast.literal_eval(s)
     except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):  # not a Python literal: the text

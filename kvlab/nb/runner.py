@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..errors import ParameterError
+from ..errors import ParameterError, WrongTypeError
 from .record import INTERRUPTED_TAG, read_results
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,6 +62,9 @@ def resolve(names: list[str] | None) -> list[Path]:
             known = ", ".join(q.stem for q in list_notebooks())
             raise ParameterError(f"no single notebook matches {n!r}; known: {known}")
         out.append(hits[0])
+    twice = sorted({p.name for p in out if sum(q.name == p.name for q in out) > 1})
+    if twice:  # one output file per notebook name in a run folder: the second would overwrite the first
+        raise ParameterError(f"notebook {twice[0]} is selected twice; a run executes each notebook once")
     return out
 
 
@@ -299,6 +302,10 @@ def run_notebooks(names: list[str] | None = None, parameters: dict | None = None
     """Execute notebooks into a new run folder; returns (folder, outcomes). Never raises for a failing notebook."""
     import papermill as pm
 
+    if parameters is not None and not isinstance(parameters, dict):
+        raise WrongTypeError(f"parameters must be a dict of name -> value, got {type(parameters).__name__}")
+    if names is not None and (isinstance(names, (str, Path)) or not isinstance(names, (list, tuple))):
+        raise WrongTypeError(f"names must be a list of notebook names or paths, got {type(names).__name__} {names!r}")
     parameters = dict(parameters or {})
     paths = resolve(names)
     declared = {p: declared_parameters(p) for p in paths}
