@@ -29,3 +29,11 @@ class WrongTypeError(ParameterError, TypeError):
 class RangeWarning(UserWarning):
     """Values beyond what a number format represents, kept (saturated) as the reference implementation does; the
     message names how much was clipped and the format that fits."""
+
+
+class ShapeError(KvlabError):
+    """Tensors whose shapes do not fit together, or do not fit the cache they are written to."""
+
+
+class CacheFormatError(KvlabError):
+    """A cache (KV store) in a different number format or width than the caller expects."""

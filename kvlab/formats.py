@@ -78,7 +78,7 @@ class Format:
     # --- bytes ----------------------------------------------------------------------------
     def data_bytes(self, n: int) -> int:
         """Bytes of packed element codes for a vector of n elements (whole bytes)."""
-        return -(-need_int("n", n) * self.element.bits // 8)
+        return cdiv(need_int("n", n) * self.element.bits, 8)
 
     def scales_per(self, n: int) -> int:
         """Number of per-entry scales stored with a vector of n elements."""
