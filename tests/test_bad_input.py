@@ -790,8 +790,235 @@ def test_interrupted_run_says_so_and_fools_no_one(sig, tmp_path):
         assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
 
 
-# --- 9. the KV cache and the attention prototype ----------------------------------------------------------------
-# kvlab/cache and kvlab/attention are being restructured (issue 10); their bad-input classes (KVCache misuse:
-# wrong device, engine="paged", appending a tensor or a list, append_random(-3), fill(10**12); attention with
-# mismatched shapes, masks, indices, batch broadcasting, more queries than keys; a layer index out of range;
-# complex input) are added here on the new code once it lands.
+# --- 9. the KV cache and the attention prototype ---------------------------------------------------------------
+from kvlab import attention as A  # noqa: E402
+from kvlab.attention import flops as attn_flops, rope as attn_rope  # noqa: E402
+from kvlab.attention.checks import AttentionShapeError, SelectionError  # noqa: E402
+from kvlab.attention.evaluate import accuracy_table, needle_sweep  # noqa: E402
+from kvlab.attention.window import WindowState, window_positions  # noqa: E402
+from kvlab.cache import KVCache, vector_store  # noqa: E402
+from kvlab.cache.measurement import measure_cache  # noqa: E402
+from kvlab.cache.memory import InsufficientMemoryError  # noqa: E402
+
+
+def _inputs(change=None, layer=0, key="k", cache=None):
+    """Seeded inputs for 2 tokens of a qwen3-8b cache, with inputs[layer][key] replaced by change(x)."""
+    c = cache or KVCache("qwen3-8b")
+    inp = c.random_inputs(2, torch.Generator().manual_seed(0))
+    if change is not None:
+        inp[layer][key] = change(inp[layer][key])
+    return lambda: c.append(inp)
+
+
+def _filled(tokens=2):
+    c = KVCache("qwen3-8b")
+    c.append_random(tokens)
+    return c
+
+
+CACHE = [
+    ("a malformed device", lambda: KVCache("qwen3-8b", device="cpu:xyz"), ParameterError, ["'cpu:xyz'", "cuda:N"]),
+    ("an unknown device", lambda: KVCache("qwen3-8b", device="gpu"), ParameterError, ["'gpu'", "auto, cpu, cuda"]),
+    ("the meta device", lambda: KVCache("qwen3-8b", device="meta"), ParameterError, ["'meta'"]),
+    ("a CUDA device this machine lacks", lambda: KVCache("qwen3-8b", device="cuda:99"), ParameterError,
+     ["'cuda:99'"]),
+    ("a device as a number", lambda: KVCache("qwen3-8b", device=3), WrongTypeError, ["device", "int 3"]),
+    ("an engine by name", lambda: KVCache("qwen3-8b", engine="paged"), WrongTypeError,
+     ["engine", "'paged'", "paged(block_tokens)"]),
+    ("paged as text", lambda: KVCache.for_model("qwen3-8b", paged="yes"), WrongTypeError, ["paged", "'yes'"]),
+    ("appending a tensor", lambda: KVCache("qwen3-8b").append(torch.randn(2, 8, 128)), WrongTypeError,
+     ["inputs", "dict", "Tensor"]),
+    ("appending a list", lambda: KVCache("qwen3-8b").append([1, 2]), WrongTypeError, ["inputs", "list"]),
+    ("appending a list as a layer's keys", _inputs(lambda x: x.tolist()), WrongTypeError, ["inputs[0]['k']", "list"]),
+    ("appending complex keys", _inputs(lambda x: x.to(torch.complex64)), WrongTypeError,
+     ["inputs[0]['k']", "complex", "imaginary"]),
+    ("appending boolean keys", _inputs(lambda x: x > 0), WrongTypeError, ["bool"]),
+    ("appending keys of the wrong width", _inputs(lambda x: x[..., :64]), ParameterError, ["layer 0 k", "[n, 8, 128]"]),
+    ("appending to a layer that does not exist", lambda: KVCache("qwen3-8b").append(
+        {**KVCache("qwen3-8b").random_inputs(1, torch.Generator().manual_seed(0)), 99: {}}), ParameterError,
+     ["layer 99", "36 layers"]),
+    ("append_random(-3)", lambda: KVCache("qwen3-8b").append_random(-3), ParameterError, ["n", ">= 0", "-3"]),
+    ("append_random(1.5)", lambda: KVCache("qwen3-8b").append_random(1.5), WrongTypeError, ["n", "1.5"]),
+    ("append_random('3')", lambda: KVCache("qwen3-8b").append_random("3"), WrongTypeError, ["n", "'3'"]),
+    ("append_random with a negative seed", lambda: KVCache("qwen3-8b").append_random(2, seed=-1), ParameterError,
+     ["seed", ">= 0"]),
+    ("append_random beyond memory", lambda: KVCache("qwen3-8b").append_random(10**12), InsufficientMemoryError,
+     ["appending 1,000,000,000,000 tokens", "available"]),
+    ("fill(10**12)", lambda: KVCache("qwen3-8b").fill(10**12), InsufficientMemoryError,
+     ["qwen3-8b at 1,000,000,000,000 tokens", "needs", "available"]),
+    ("fill(-1)", lambda: KVCache("qwen3-8b").fill(-1), ParameterError, ["tokens", "-1"]),
+    ("fill with a pool of 0", lambda: KVCache("qwen3-8b").fill(16, pool=0), ParameterError, ["pool", ">= 1"]),
+    ("fill with a text seed", lambda: KVCache("qwen3-8b").fill(16, seed="a"), WrongTypeError, ["seed", "'a'"]),
+    ("fill a cache that holds tokens", lambda: _filled().fill(16), ParameterError, ["from empty"]),
+    ("reading layer 99", lambda: _filled().read(99, "k"), ParameterError, ["layer 99", "36 layers", "0 to 35"]),
+    ("reading layer -1", lambda: _filled().read(-1, "k"), ParameterError, ["layer -1", "36 layers"]),
+    ("reading layer '0'", lambda: _filled().read("0", "k"), WrongTypeError, ["layer", "'0'"]),
+    ("reading a key the layer lacks", lambda: _filled().read(0, "latent"), ParameterError,
+     ["'latent'", "'k', 'v'"]),
+    ("input shapes of layer 36", lambda: KVCache("qwen3-8b").input_shapes(36), ParameterError, ["layer 36"]),
+    ("FP16 cache values beyond its range", _inputs(lambda x: x * 1e6, cache=KVCache.for_model("qwen3-8b",
+                                                                                              kv_format="fp16")),
+     QuantizeError, ["fp16", "65,504", "bf16"]),
+    ("a store given a list", lambda: vector_store(8).append([[1.0] * 8]), WrongTypeError, ["values", "list"]),
+    ("a store given complex values", lambda: vector_store(8).append(torch.ones(1, 1, 8, dtype=torch.complex64)),
+     WrongTypeError, ["complex", "imaginary"]),
+    ("measuring -1 tokens", lambda: measure_cache("qwen3-8b", -1, device="cpu"), ParameterError, ["tokens", "-1"]),
+    ("measuring on cpu:xyz", lambda: measure_cache("qwen3-8b", 16, device="cpu:xyz"), ParameterError, ["'cpu:xyz'"]),
+]
+
+
+@pytest.mark.parametrize("desc,fn,exc,words", CACHE, ids=[c[0] for c in CACHE])
+def test_cache_misuse(desc, fn, exc, words, one_thread):
+    _raises(fn, exc, words)
+
+
+@pytest.mark.parametrize("device,words", [("cpu:xyz", ["'cpu:xyz'"]), ("xyz", ["'xyz'"]), ("meta", ["'meta'"]),
+                                          ("cuda:99", ["'cuda:99'"])])
+def test_cli_measure_devices(device, words, capsys):
+    _one_line_error(*_cli(["measure", "qwen3-8b", "--tokens", "16", "--device", device], capsys)[::2], words)
+
+
+def _qkv(b=1, h=8, s=4, hkv=2, t=10, d=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(b, h, s, d, generator=g), torch.randn(b, hkv, t, d, generator=g),
+            torch.randn(b, hkv, t, d, generator=g))
+
+
+Q, K, V = _qkv()
+IDX = torch.randint(0, 10, (1, 4, 3), generator=torch.Generator().manual_seed(1))
+ATTENTION = [
+    ("query heads not a multiple of KV heads", lambda: A.dense_attention(torch.randn(1, 7, 4, 16), K, V),
+     AttentionShapeError, ["q heads = 7", "kv heads = 2"]),
+    ("V shorter than K", lambda: A.dense_attention(Q, K, V[:, :, :9]), AttentionShapeError,
+     ["k length = 10", "v length = 9"]),
+    ("a mask of the wrong shape", lambda: A.dense_attention(Q, K, V, mask=torch.ones(3, 3, dtype=torch.bool)),
+     AttentionShapeError, ["mask", "(3, 3)", "(1, 8, 4, 10)"]),
+    ("a float mask", lambda: A.dense_attention(Q, K, V, mask=torch.ones(4, 10)), WrongTypeError,
+     ["mask", "bool", "float32", "added to the logits"]),
+    ("a mask as a list", lambda: A.dense_attention(Q, K, V, mask=[[True]]), WrongTypeError, ["mask", "list"]),
+    ("a mask row with no key", lambda: A.dense_attention(Q, K, V, mask=torch.arange(10) < torch.tensor([[0], [1],
+                                                                                                      [2], [3]])),
+     SelectionError, ["query row(s) with no key", "(0, 0, 0)"]),
+    ("causal with more queries than keys", lambda: A.dense_attention(torch.randn(1, 8, 12, 16), K, V, causal=True),
+     SelectionError, ["12 queries over 10 keys", "first 2 would see no key"]),
+    ("causal and a mask", lambda: A.dense_attention(Q, K, V, causal=True, mask=torch.ones(4, 10, dtype=torch.bool)),
+     SelectionError, ["not both"]),
+    ("causal as text", lambda: A.dense_attention(Q, K, V, causal="yes"), WrongTypeError, ["causal", "'yes'"]),
+    ("query batch 2, key batch 1", lambda: A.dense_attention(torch.randn(2, 8, 4, 16), K, V), AttentionShapeError,
+     ["q batch = 2", "k batch = 1"]),
+    ("queries as a list", lambda: A.dense_attention([1.0], K, V), WrongTypeError, ["q", "list"]),
+    ("complex queries", lambda: A.dense_attention(Q.to(torch.complex64), K, V), WrongTypeError,
+     ["q", "complex64", "imaginary"]),
+    ("sinks for 3 heads of 8", lambda: A.dense_attention(Q, K, V, sinks=torch.zeros(3)), AttentionShapeError,
+     ["sinks = 3", "q heads = 8"]),
+    ("a NaN scale", lambda: A.dense_attention(Q, K, V, scale=math.nan), ParameterError, ["scale", "nan"]),
+    ("a text scale", lambda: A.dense_attention(Q, K, V, scale="x"), WrongTypeError, ["scale", "'x'"]),
+    ("probabilities under a wrong mask", lambda: A.attention_probs(Q, K, mask=torch.ones(2, 2, dtype=torch.bool)),
+     AttentionShapeError, ["mask", "(2, 2)"]),
+    ("a causal mask of more queries than keys", lambda: A.causal_mask(12, 10), SelectionError, ["12 queries"]),
+    ("a causal mask of -1 queries", lambda: A.causal_mask(-1, 10), ParameterError, ["s (queries)", "-1"]),
+    ("a window of 0", lambda: A.causal_mask(4, 10, window=0), SelectionError, ["window", ">= 1"]),
+    ("sparse: an index past the last key", lambda: A.sparse_attention(Q, K, V, torch.full((1, 4, 3), 10)),
+     SelectionError, ["idx holds 10", "10 positions (0 to 9"]),
+    ("sparse: an index below -1", lambda: A.sparse_attention(Q, K, V, torch.full((1, 4, 3), -5)), SelectionError,
+     ["idx holds -5", "-1 marks none"]),
+    ("sparse: float indices", lambda: A.sparse_attention(Q, K, V, IDX.float()), WrongTypeError,
+     ["idx", "integer", "float32"]),
+    ("sparse: query batch 2 over key batch 1", lambda: A.sparse_attention(torch.randn(2, 8, 4, 16), K, V,
+                                                                          IDX.expand(2, -1, -1)),
+     AttentionShapeError, ["q batch = 2", "k batch = 1"]),
+    ("sparse: index batch 2 for query batch 1", lambda: A.sparse_attention(Q, K, V, IDX.expand(2, -1, -1)),
+     AttentionShapeError, ["idx batch = 2", "q batch = 1"]),
+    ("sparse: heads not a multiple", lambda: A.sparse_attention(torch.randn(1, 7, 4, 16), K, V, IDX),
+     AttentionShapeError, ["q heads = 7"]),
+    ("sparse: V shorter than K", lambda: A.sparse_attention(Q, K, V[:, :, :5], IDX), AttentionShapeError,
+     ["k length = 10", "v length = 5"]),
+    ("sparse: V with other heads", lambda: A.sparse_attention(Q, K, torch.randn(1, 4, 10, 16), IDX),
+     AttentionShapeError, ["k heads = 2", "v heads = 4"]),
+    ("sparse: V of 3 dims", lambda: A.sparse_attention(Q, K, torch.randn(2, 10, 16), IDX), AttentionShapeError,
+     ["v must be [B, Hkv, N, Dv]"]),
+    ("sparse: a window mask of the wrong shape", lambda: A.sparse_attention(
+        Q, K, V, IDX, extra=(K, V, torch.ones(2, 2, dtype=torch.bool))), AttentionShapeError, ["extra mask", "(2, 2)"]),
+    ("sparse: window keys of other width", lambda: A.sparse_attention(
+        Q, K, V, IDX, extra=(torch.randn(1, 2, 10, 8), V, None)), AttentionShapeError, ["extra keys head_dim = 8"]),
+    ("sparse: extra not a triple", lambda: A.sparse_attention(Q, K, V, IDX, extra=(K, V)), WrongTypeError,
+     ["extra", "(k2, v2, mask or None)"]),
+    ("sparse: sinks for 3 heads", lambda: A.sparse_attention(Q, K, V, IDX, sinks=torch.zeros(3)), AttentionShapeError,
+     ["sinks = 3"]),
+    ("sparse: queries that select nothing", lambda: A.sparse_attention(Q, K, V, torch.full((1, 4, 3), -1)),
+     SelectionError, ["4 query row(s) with no key"]),
+    ("top-k larger than the pool", lambda: A.select_topk(torch.randn(2, 5), 6), SelectionError, ["top-k = 6"]),
+    ("top-k validity of the wrong shape", lambda: A.select_topk(torch.randn(2, 5), 2,
+                                                                valid=torch.ones(3, dtype=torch.bool)),
+     AttentionShapeError, ["valid", "(3,)"]),
+    ("top-k validity as floats", lambda: A.select_topk(torch.randn(2, 5), 2, valid=torch.ones(2, 5)), WrongTypeError,
+     ["valid", "bool"]),
+    ("top-k over a list", lambda: A.select_topk([1.0, 2.0], 1), WrongTypeError, ["scores", "list"]),
+    ("candidate pool over a list", lambda: A.candidate_pool([1.0, 2.0], 1, 1), WrongTypeError, ["scores", "list"]),
+    ("index keys of another batch", lambda: A.index_scores(torch.randn(2, 4, 3, 8), torch.randn(2, 4, 3),
+                                                          torch.randn(1, 10, 8)),
+     AttentionShapeError, ["index keys batch = 1", "index queries batch = 2"]),
+    ("index weights for other queries", lambda: A.index_scores(torch.randn(1, 4, 3, 8), torch.randn(1, 5, 3),
+                                                              torch.randn(1, 10, 8)),
+     AttentionShapeError, ["index weights queries = 5"]),
+    ("KL of different shapes", lambda: A.kl(torch.rand(3), torch.rand(4)), AttentionShapeError, ["(3,)", "(4,)"]),
+    ("logit KL of different vocabularies", lambda: A.logits_kl(torch.rand(2, 3), torch.rand(2, 4)),
+     AttentionShapeError, ["(2, 3)", "(2, 4)"]),
+    ("recall at 0", lambda: A.recall_at_k(torch.randint(0, 5, (1, 2)), torch.rand(1, 5), 0), ParameterError,
+     ["k", ">= 1"]),
+    ("mass of a position past the end", lambda: A.mass_covered(torch.tensor([[7]]), torch.rand(1, 5)),
+     SelectionError, ["selected holds 7", "5 positions"]),
+    ("selection rows that do not match", lambda: A.recall_at_k(torch.randint(0, 5, (2, 3)), torch.rand(1, 5), 2),
+     AttentionShapeError, ["selected leading dims"]),
+    ("an odd RoPE width", lambda: attn_rope.apply_rope(torch.randn(1, 2, 4, 8), torch.arange(4), 3),
+     AttentionShapeError, ["rope_dim", "even", "3"]),
+    ("RoPE wider than the head", lambda: attn_rope.apply_rope(torch.randn(1, 2, 4, 8), torch.arange(4), 16),
+     AttentionShapeError, ["rope_dim", "16", "8"]),
+    ("RoPE positions for other queries", lambda: attn_rope.apply_rope(torch.randn(1, 2, 4, 8), torch.arange(5), 4),
+     AttentionShapeError, ["positions (5,)"]),
+    ("RMSNorm with a negative eps", lambda: attn_rope.rms_norm(torch.randn(2, 4), eps=-1), ParameterError, ["eps"]),
+    ("decode FLOPs of text tokens", lambda: attn_flops.decode_flops("qwen3-8b", "1000"), SelectionError,
+     ["tokens", "'1000'"]),
+    ("a FLOPs table of one length", lambda: attn_flops.flops_table(1000), WrongTypeError, ["lengths", "int"]),
+    ("an unknown FLOPs part", lambda: attn_flops.growth("deepseek-v4.1-flash", part="attn"), SelectionError,
+     ["part", "'attn'"]),
+    ("a needle sweep of one length", lambda: needle_sweep("dense", "bf16", 256, [0.5]), WrongTypeError,
+     ["lengths", "int 256"]),
+    ("an accuracy table of one mechanism", lambda: accuracy_table("dense", ["bf16"], 256), WrongTypeError,
+     ["mechanisms", "str"]),
+    ("a window state with a text TTL", lambda: WindowState(128, "x"), SelectionError, ["ttl", "'x'"]),
+    ("window positions of -1 tokens", lambda: window_positions(-1, 4), SelectionError, ["tokens", "-1"]),
+    ("MLA with no heads", lambda: A.MLAWeights.random(0, 8, 4, 2, 4), ParameterError, ["heads", ">= 1"]),
+    ("MLA causal with more queries than latents", lambda: A.mla_absorbed(
+        A.MLAWeights.random(2, 8, 4, 2, 4), torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 2), torch.randn(1, 3, 8),
+        torch.randn(1, 3, 2)), SelectionError, ["5 queries over 3 keys"]),
+    ("pooling keys of 2 dims", lambda: A.pool_keys(torch.randn(10, 8), 2), AttentionShapeError, ["[B, (H,) T, d]"]),
+]
+
+
+@pytest.mark.parametrize("desc,fn,exc,words", ATTENTION, ids=[c[0] for c in ATTENTION])
+def test_attention_misuse(desc, fn, exc, words, one_thread):
+    _raises(fn, exc, words)
+
+
+def test_sparse_attention_over_matching_batches_is_per_sequence(one_thread):
+    """The batch checks refuse only mismatches: batch 2 with its own keys equals each sequence on its own."""
+    q, k, v = _qkv(b=2, seed=4)
+    idx = torch.randint(0, 10, (2, 4, 3), generator=torch.Generator().manual_seed(5))
+    both = A.sparse_attention(q, k, v, idx)
+    for i in range(2):
+        one = A.sparse_attention(q[i:i + 1], k[i:i + 1], v[i:i + 1], idx[i:i + 1])
+        assert torch.allclose(both[i:i + 1], one, rtol=1e-5, atol=1e-6)
+
+
+def test_causal_attention_with_keys_enough_still_runs(one_thread):
+    out = A.dense_attention(Q, K, V, causal=True)  # 4 queries over 10 keys: decode-style, every query sees keys
+    assert out.shape == (1, 8, 4, 16) and torch.isfinite(out).all()
+
+
+def test_a_sink_lets_a_query_see_no_key(one_thread):
+    """With a sink logit the mass goes to the sink: a query with no key is legitimate and gives 0, not NaN."""
+    mask = torch.ones(4, 10, dtype=torch.bool)
+    mask[0] = False
+    out = A.dense_attention(Q, K, V, mask=mask, sinks=torch.zeros(8))
+    assert torch.isfinite(out).all() and float(out[0, :, 0].abs().max()) == 0.0

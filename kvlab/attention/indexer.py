@@ -13,6 +13,7 @@ import math
 import torch
 
 from ..checks import cdiv, need_int, need_type
+from ..errors import WrongTypeError
 from .checks import (AttentionShapeError, SelectionError, need_dims, need_index, need_mask, need_scale, need_sinks,
                      no_empty_rows, same)
 
