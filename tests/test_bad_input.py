@@ -27,13 +27,13 @@ from kvlab import compare
 from kvlab.cli import main
 from kvlab.engines import Engine, allocate, paged
 from kvlab.errors import (ConfigError, KvlabError, ParameterError, RangeWarning, UnknownFormatError,
-                          UnknownModelError, WrongTypeError)
+                          WrongTypeError)
 from kvlab.formats import dtype_format, get_format
 from kvlab.layout import build_layout
 from kvlab.models import read_config, spec_from_config
 from kvlab.nb import runner
 from kvlab.nb.record import read_results
-from kvlab.quant import QuantizeError, QuantizedTensor, kivi_quantize, quantize
+from kvlab.quant import QuantizeError, kivi_quantize, quantize
 from kvlab.quant.ranges import max_input
 from kvlab.serving import capacity, hardware
 

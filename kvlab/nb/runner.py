@@ -263,7 +263,7 @@ def _raise_on_sigterm(signum, frame):
     raise KeyboardInterrupt("SIGTERM")
 
 
-_KERNELS: "weakref.WeakSet" = None  # kernel managers the runner started (nbclient leaves one behind when
+_KERNELS = None  # a weakref.WeakSet of kernel managers the runner started (nbclient leaves one behind when
 #                                     Ctrl-C lands while the kernel starts)
 
 
