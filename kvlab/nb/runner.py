@@ -30,6 +30,7 @@ from .record import INTERRUPTED_TAG, read_results
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = package_dir("notebooks")  # notebooks/ at the repository top, package data in a wheel
+QUIET_KERNEL = ["--IPKernelApp.log_level=ERROR"]  # no kernel warnings ("running over TCP without encryption")
 
 
 @dataclass
@@ -365,7 +366,8 @@ def _run_one(pm, p: Path, run_dir: Path, params: dict, kernel: str, log) -> Note
     try:
         pm.execute_notebook(str(p), str(out), parameters=params, kernel_name=kernel, cwd=str(p.parent),
                             progress_bar=False, log_output=False, kernel_manager_class=_kernel_manager_class(),
-                            shutdown_kernel="immediate")  # outputs are in; on Ctrl-C, no kernel outlives us
+                            shutdown_kernel="immediate",  # outputs are in; on Ctrl-C, no kernel outlives us
+                            extra_arguments=QUIET_KERNEL)
     except Exception as e:  # papermill raises PapermillExecutionError with the cell's error
         status = "failed"
         error = (getattr(e, "ename", "") + ": " + str(getattr(e, "evalue", "")) if hasattr(e, "ename")
