@@ -158,18 +158,6 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _new_folder(root: Path) -> Path:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    for k in itertools.count(1):
-        d = root / (stamp if k == 1 else f"{stamp}-{k}")
-        try:
-            d.mkdir(parents=True)
-            return d
-        except FileExistsError:
-            continue
-    raise AssertionError("unreachable")
-
-
 def _client(workers: int, scheduler: str | None):
     """(client, cluster): a client of the scheduler at `scheduler`, or of a new LocalCluster (then also returned)."""
     from dask.distributed import Client, LocalCluster
@@ -195,7 +183,7 @@ def run_sweep(notebook: str, grid: dict | str | Path | None = None, out_root: st
 
     `resume`: an earlier sweep folder of the same notebook; its finished points are skipped (without `grid`, its
     own grid is used; with one, the new grid's points are run or reused by their parameters)."""
-    from .runner import declared_parameters, resolve
+    from .runner import declared_parameters, new_run_dir, resolve
 
     path = resolve([notebook])[0]
     stem = path.stem
@@ -219,7 +207,7 @@ def run_sweep(notebook: str, grid: dict | str | Path | None = None, out_root: st
                              f"(its parameters: {', '.join(declared) or 'none'})")
     points = grid_points(grid)
     if resume is None:
-        folder = _new_folder(Path(out_root))
+        folder = new_run_dir(Path(out_root))
     sweep = Sweep(folder, stem, points)
     record = {"notebook": stem, "notebook_path": str(path), "grid": grid, "status": "running", "started": _now(),
               "points": [{"folder": p.folder, "params": p.params} for p in points]}
@@ -270,8 +258,7 @@ def _run_points(sweep: Sweep, todo: list[Point], notebook: str, workers: int, sc
     futures = {}
     try:
         for p in todo:
-            f = client.submit(run_point, notebook, p.params, str(sweep.folder / p.folder), key=f"kvlab-{p.folder}",
-                              pure=False)
+            f = client.submit(run_point, notebook, p.params, str(sweep.folder / p.folder), pure=False)
             futures[f] = p
         bar = tqdm(total=len(todo), desc="sweep", unit="point", file=sys.stderr, disable=not progress,
                    dynamic_ncols=True)
