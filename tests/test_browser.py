@@ -7,6 +7,7 @@ of the notebooks from a temporary folder (autosave never touches notebooks/), an
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -28,11 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHOTS = ROOT / "runs" / "browser"
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 DRIVER = shutil.which("chromedriver")
-try:
-    import selenium  # noqa: F401
-    HAVE_SELENIUM = True
-except ImportError:
-    HAVE_SELENIUM = False
+HAVE_SELENIUM = importlib.util.find_spec("selenium") is not None
 
 if not (CHROMIUM and DRIVER and HAVE_SELENIUM):
     pytest.skip("no browser here: needs Chromium and chromedriver (Debian: apt-get install chromium chromium-driver) "

@@ -9,7 +9,8 @@ import pytest
 from kvlab.nb import figures
 from kvlab.nb.runner import list_notebooks
 
-PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9aw"
+                       "AAAABJRU5ErkJggg==")  # a 1 x 1 PNG
 
 
 def _executed(path, marker, png=PNG):
