@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .checks import cdiv, need_int
-from .errors import ParameterError
+from .errors import ConfigError, ParameterError, UnknownFormatError
 from .formats import Format, dtype_format, get_format
 from .models import ModelSpec, load_model
 
@@ -258,8 +258,16 @@ def _entry(spec: ModelSpec, family: str, scheme: str, role: str, dims: dict[str,
     for part, fname in recipe[role]:
         n = sum(dims.values()) if part == "all" else dims[part]
         parts.append(Part(role if part == "all" else part, n,
-                          dtype_format(spec.torch_dtype) if fname is None else get_format(fname)))
+                          _dtype_format(spec) if fname is None else get_format(fname)))
     return Entry(tuple(parts), ALIGN.get((family, role), 1) if kv_format is None else 1)
+
+
+def _dtype_format(spec: ModelSpec) -> Format:
+    """The checkpoint dtype's format, or a ConfigError naming the model and the field."""
+    try:
+        return dtype_format(spec.torch_dtype)
+    except UnknownFormatError as e:
+        raise ConfigError(f"{spec.name}: {e}") from None
 
 
 def build_layout(model: str | ModelSpec, scheme: str = "storage", kv_format: str | Format | None = None) -> Layout:

@@ -25,5 +25,5 @@ Conventions for a notebook (tests/test_notebook_conventions.py checks the first 
    and a bad parameter's message.
 Modules: params (the dataclass base), record (named results), tolerance (how outputs compare), nbval_plugin
 (wires tolerance into nbval; skips trace-only cells marked "# needs: Mooncake traces"), runner (batch runs),
-nbclean (strip volatile metadata).
+sweep (parameter grids on dask), figures (README figures), nbclean (strip volatile metadata).
 """
