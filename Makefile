@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvlab-installed
 export PYTHONHASHSEED := 0
 
-.PHONY: setup run test lab bench notebooks figures gpu-check clean
+.PHONY: setup run test test-matrix lab bench notebooks figures gpu-check clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,10 @@ run: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+# nbval on the notebooks that hold floats under each torch kernel set, MKL_CBWR and thread count (.ci/test-matrix.sh).
+test-matrix: setup
+	.ci/test-matrix.sh $(BIN)/python
 
 lab: setup
 	$(BIN)/jupyter lab notebooks/

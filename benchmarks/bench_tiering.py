@@ -10,8 +10,8 @@ Figures (block accesses per second, best of a few repeats, all in this one proce
   sequential    kvlab.sim.tiering.simulate_sequential (the block-by-block reference; LRU)
   curve         kvlab.sim.stackdist: the LRU hit count at every capacity, one pass
 The compiled kernels are warmed up on a small trace first, so their one-time JIT compile (or cache load) is not
-timed; the warm-up time is printed. Falls back to the synthetic agent workload when ../shared/traces is absent
-(and says so).
+timed; the warm-up time is printed. Falls back to the synthetic agent workload when the Mooncake traces are absent
+(kvlab.sim.traces.TRACES_DIR; and says so).
 """
 from __future__ import annotations
 

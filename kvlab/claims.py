@@ -78,7 +78,7 @@ class ClaimCheck:
     """One claim with kvlab's verdict."""
 
     id: str  # stable identifier
-    source: str  # article file in shared/sources/
+    source: str  # title of the article the claim comes from
     claim: str  # the claim, paraphrased
     claimed: float | None  # the number the article gives
     computed: float | None  # what kvlab computes (None: not yet checkable)

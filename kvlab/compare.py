@@ -1,14 +1,16 @@
 """Tables that compare models, formats and ways of counting (the notebooks show these)."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .checks import need_list, need_type
-from .engines import allocate
+from .engines import Allocation, allocate
 from .errors import KvlabError
 from .formats import get_format
-from .layout import Layout, build_layout
+from .layout import SCHEMES, Layout, build_layout
 from .models import catalog_names, load_model
+from .nb.params import NotebookParams
 
 
 def _num(x: Fraction):
@@ -77,3 +79,46 @@ def session_table(model, lengths: list[int], scheme: str = "storage", kv_format=
         rows.append({"tokens": t, "growing_bytes": s.growing, "bounded_bytes": s.bounded, "total_bytes": s.total,
                      "total_GiB": round(s.total / 2**30, 3)})
     return rows
+
+
+@dataclass
+class BytesPerTokenParams(NotebookParams):
+    """Notebook 01's parameters (KV bytes per token), checked on construction."""
+
+    model: str  # catalog name or path to a config.json
+    kv_format: str  # one format for every cached component ("": the layout's own formats)
+    layout: str  # how it is counted: storage | vllm | bf16
+    context_tokens: int  # session length for the cost at the end
+    compare_formats: list  # formats for the catalog table
+    alloc: Allocation = field(init=False, repr=False)  # the model laid out and allocated as asked
+
+    def __post_init__(self):
+        self.need_choice("layout", SCHEMES)
+        self.need_int("context_tokens")
+        for f in self.need_names("compare_formats"):
+            self.need_lookup("compare_formats", get_format, f)
+        if self.need_text("kv_format"):
+            self.need_lookup("kv_format", get_format)
+        self.need_lookup("model", load_model, self.need_text("model"))
+        self.alloc = self.need_lookup("model", lambda m: allocate(m, self.layout, self.kv_format or None))
+
+
+@dataclass
+class DeepSeek890Params(NotebookParams):
+    """Notebook 02's parameters (DeepSeek V4.1-Flash's 890 bytes), checked on construction."""
+
+    model: str  # the model derived bottom-up (catalog name or config.json path)
+    baseline: str  # the previous generation it is compared with
+    first_generation: str  # the "V1" of the 437x claim
+    kv_format: str  # one format for every cached component ("": the published storage formats)
+    context_tokens: int  # session length
+    layout: Layout = field(init=False, repr=False)  # the model in its storage layout (or kv_format)
+
+    def __post_init__(self):
+        self.need_int("context_tokens")
+        if self.need_text("kv_format"):
+            self.need_lookup("kv_format", get_format)
+        for name in ("baseline", "first_generation"):
+            self.need_lookup(name, build_layout, self.need_text(name))
+        self.layout = self.need_lookup("model", lambda m: build_layout(m, "storage", self.kv_format or None),
+                                   self.need_text("model"))

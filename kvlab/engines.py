@@ -6,7 +6,9 @@ block_tokens / m entries) and rounds each page up to a multiple of `page_align` 
 bounded components take the pages that their window can touch, and a compressor tail one page
 sized for its m - 1 pending tokens.
 
-vLLM's rules (../shared/reference/serving.md, models.md):
+vLLM's rules (vllm-project/vllm: vllm/v1/kv_cache_interface.py AttentionSpec.real_page_size_bytes,
+vllm/v1/core/kv_cache_utils.py get_num_blocks; FlashMLA's 64-token pages; DeepSeek V4 in
+vllm/model_executor/models/deepseek_v4.py):
   dense attention: 16-token blocks, page = block x heads x head_size x dtype per K and V
   MLA / DSA (FlashMLA): 64-token blocks
   DeepSeek V4: 256-token logical blocks, each page rounded up to a multiple of 576 B

@@ -134,8 +134,10 @@ def _f(name, element, description, **kw) -> Format:
     return Format(name=name, element=element, description=description, **kw)
 
 
-# The table. Sources: ../shared/reference/formats.md and models.md (OCP MX spec, NVIDIA NVFP4,
-# vLLM FP8 KV cache, DeepSeek V3.2 fp8_ds_mla and V4 storage, KIVI integer groups).
+# The table. Sources: OCP Microscaling Formats (MX) v1.0 specification; NVIDIA's NVFP4 (E2M1 + E4M3 scale per 16,
+# TensorRT Model Optimizer); vLLM's FP8 KV cache (docs: "Quantized KV Cache"); DeepSeek V3.2's fp8_ds_mla entry
+# (deepseek-ai/FlashMLA README, 656 B per token); DeepSeek V4's storage entry (DeepSeek-V4-Flash model card);
+# KIVI integer groups (Liu et al. 2024, arXiv:2402.02750).
 FORMATS: dict[str, Format] = {f.name: f for f in (
     _f("fp32", FP32, "IEEE single precision"),
     _f("bf16", BF16, "bfloat16: the default dtype of most published checkpoints"),

@@ -225,7 +225,8 @@ def check_tokens(tokens) -> int:
 
 # --- the formats each scheme gives each role --------------------------------------------------
 # ENTRY_FORMATS[(family, scheme)][role]: a list of (part, format) where part is "all", "nope" or "rope"
-# ("latent" for MLA). None as a format means the checkpoint dtype. Sources: models.md.
+# ("latent" for MLA). None as a format means the checkpoint dtype. Sources: the models' config.json files and
+# model cards (DeepSeek-V3.2, V4-Flash, V4.1-Flash), deepseek-ai/FlashMLA's fp8_ds_mla layout, vLLM's allocation.
 V4_ENTRY = (("nope", "fp8_e4m3_b64_ue8m0"), ("rope", "bf16"))  # 448 + 7 + 128 = 583 -> 584 B (align 8)
 FP8_DS_MLA = (("latent", "fp8_e4m3_b128"), ("rope", "bf16"))  # 512 + 16 + 128 = 656 B (FlashMLA / vLLM)
 ENTRY_FORMATS: dict[tuple[str, str], dict[str, tuple]] = {

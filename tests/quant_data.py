@@ -5,7 +5,7 @@ import torch
 
 
 def distributions(rows: int = 64, cols: int = 256, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Named fp32 [rows, cols] tensors: ordinary data and the edge-case blocks of formats.md."""
+    """Named fp32 [rows, cols] tensors: ordinary data and the edge-case blocks (zero, tiny, Inf, wide range)."""
     g = torch.Generator().manual_seed(seed)
     randn = torch.randn(rows, cols, generator=g)
     chi2 = (torch.randn(rows, cols, 3, generator=g) ** 2).sum(-1)

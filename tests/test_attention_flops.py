@@ -22,7 +22,7 @@ def test_v41_attention_is_bounded_and_v4_is_not():
 
 
 def test_weight_flops_close_to_16b_active():
-    # V4.1-Flash is described as 16B active at decode (models.md); the config-derived count lands near it
+    # V4.1-Flash is described as 16B active at decode ("890 bytes/token: KV-cache math for 1M-token DeepSeek V4.1 Flash"); the config-derived count lands near it
     assert 2 * 14e9 < weight_flops(load_model("deepseek-v4.1-flash")) < 2 * 17e9
 
 

@@ -6,7 +6,8 @@ from kvlab.engines import allocate, paged
 from kvlab.errors import ParameterError
 from kvlab.layout import build_layout
 
-# Exact values from ../shared/reference/models.md, each derived there with its source.
+# Exact values derived from the public configs (Hugging Face config.json of each model), the DeepSeek LLM paper
+# (arXiv:2401.02954, Table 2), DeepSeek-V4 / V4.1 model cards, deepseek-ai/FlashMLA and vLLM's allocation rules.
 EXPECTED = [
     ("qwen3-8b", "storage", None, 147_456),
     ("qwen3-8b", "storage", "fp8_e4m3", 73_728),

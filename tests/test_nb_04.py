@@ -1,5 +1,9 @@
 """Notebook 04 end to end with small parameters (papermill), its recorded results checked."""
+import papermill as pm
 import pytest
+
+from kvlab.attention.evaluate import AttentionParams
+from kvlab.errors import ParameterError
 
 from nbutil import run_notebook
 
@@ -23,3 +27,25 @@ def test_nb_04_small(tmp_path):
     assert r["replay_tokens"] == 16 and 0 < r["replay_flops_fraction_of_prefill"] < 1
     assert r["v41_session_bytes_1m"] > 890 * (1 << 20)  # growing 890 B/token plus bounded windows
     assert r["stack_kl_v41_bf16"] >= 0 and len(r["frontier"]) >= 2
+
+
+def test_bad_parameter_stops_in_the_first_cells(tmp_path):
+    with pytest.raises(pm.PapermillExecutionError, match="parameter top_k = 10000 is larger than the shortest context"):
+        run_notebook("04", tmp_path, top_k=10_000)
+
+
+DEFAULTS = dict(context_lengths=[1024, 4096], eval_tokens=4096, formats=["bf16"], mechanisms=["dense"],
+                needle_formats=["bf16"], needle_depths=[0.0, 1.0], top_k=64, candidate_blocks=32, candidate_block_size=8,
+                window=64, csa_ratio=4, hca_ratio=128, seeds=2, flops_lengths=[4096], stack_layers=10, stack_prompt=256,
+                stack_steps=16, threads=1, seed=0)
+
+
+@pytest.mark.parametrize("kw,match", [({"mechanisms": ["dense", "flash"]}, "parameter mechanisms must be one of"),
+                                      ({"needle_depths": [0.5, float("nan")]}, "parameter needle_depths must be a finite"),
+                                      ({"top_k": 512}, r"larger than the candidate pool \(32 x 8\)"),
+                                      ({"needle_formats": ["fp5"]}, "parameter needle_formats: unknown number format"),
+                                      ({"seeds": 0}, "parameter seeds must be an integer >= 1")])
+def test_bad_parameters(kw, match):
+    with pytest.raises(ParameterError, match=match):
+        AttentionParams.of({**DEFAULTS, **kw})
+    assert AttentionParams.of(DEFAULTS).seed_list == [0, 1]

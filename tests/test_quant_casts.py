@@ -1,4 +1,4 @@
-"""Element casts against ml_dtypes and torchao, zero tolerance (formats.md oracle tests 1-2)."""
+"""Element casts against ml_dtypes and torchao, zero tolerance."""
 import numpy as np
 import pytest
 import torch
@@ -42,7 +42,7 @@ def test_e2m1_matches_torchao_including_nan():
 
 
 def test_e2m1_nan_documented_difference_from_ml_dtypes():
-    # kvlab follows torchao: NaN -> 0x3 (+ sign bit); ml_dtypes gives 0x8 for +NaN (formats.md).
+    # kvlab follows torchao: NaN -> 0x3 (+ sign bit); ml_dtypes 0.6 gives 0x8 for +NaN.
     x = torch.tensor([float("nan"), -float("nan")])
     assert encode_e2m1(x).tolist() == [0x3, 0xB]
     assert x[:1].numpy().astype(ml_dtypes.float4_e2m1fn).view(np.uint8).tolist() == [0x8]
@@ -69,7 +69,7 @@ def test_pack_unpack_roundtrip_and_layout(bits):
 
 
 def test_pack_matches_kivi_int32_layout():
-    # KIVI packs 32/b codes per int32, element j at bits [b j, b (j+1)) (formats.md): our bytes,
+    # KIVI packs 32/b codes per int32, element j at bits [b j, b (j+1)) (jy-yuan/KIVI): our bytes,
     # read as little-endian int32 words, are that word.
     g = torch.Generator().manual_seed(3)
     for bits in (2, 4):

@@ -1,5 +1,5 @@
 """Integer groups against optimum-quanto 0.2.7 (MaxOptimizer + quantize_affine), zero tolerance
-(formats.md test 6), plus the constant-group definition and KIVI's cache layout."""
+(b in {2, 4}, G in {32, 64}, both axes), plus the constant-group definition and KIVI's cache layout."""
 import pytest
 import torch
 

@@ -1,4 +1,4 @@
-"""MX formats against torchao 0.18 `to_mx`, FLOOR and RCEIL, zero tolerance (formats.md test 5)."""
+"""MX formats against torchao 0.18 `to_mx`, FLOOR and RCEIL, zero tolerance."""
 import pytest
 import torch
 

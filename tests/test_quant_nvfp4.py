@@ -1,4 +1,4 @@
-"""NVFP4 against torchao 0.18 `nvfp4_quantize`, single and two level, zero tolerance (formats.md 3-4),
+"""NVFP4 against torchao 0.18 `nvfp4_quantize`, single and two level, zero tolerance,
 and the documented ModelOpt / TransformerEngine differences."""
 import pytest
 import torch
@@ -51,7 +51,7 @@ def test_bf16_input_matches_torchao():
 
 def tie_order_blocks() -> torch.Tensor:
     """For each normal E4M3 scale s: a block anchor 6 s (so the block scale is s) and the inputs
-    fl(t s) and its neighbours one ulp away for every FP4 tie t, both signs (formats.md test 4)."""
+    fl(t s) and its neighbours one ulp away for every FP4 tie t, both signs."""
     ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
     rows = []
     for b in range(0x08, 0x7F):
@@ -78,7 +78,7 @@ def test_tie_order_matches_torchao(fmt):
 
 
 def test_tie_order_reciprocal_differs_from_division():
-    # torchao multiplies by 1/s; near ties a division gives other codes (formats.md: 114 of 2,499).
+    # torchao multiplies by 1/s; near ties a division gives other codes.
     x = tie_order_blocks()
     a = quantize(x, "nvfp4").codes
     b = quantize(x, "nvfp4", recipe="modelopt").codes  # divides

@@ -142,7 +142,7 @@ def test_simulate_dispatch_and_policy_errors():
         simulate_lru_fast(tr, tiers(1, 1, 1, ttl=5.0))
 
 
-@pytest.mark.skipif(not have_trace("conversation"), reason="Mooncake traces not in ../shared/traces")
+@pytest.mark.skipif(not have_trace("conversation"), reason="the Mooncake traces are absent (kvlab.sim.traces.TRACES_DIR)")
 def test_mooncake_reuse_ratios():
     conv = reuse_ratio(load_trace("conversation"))
     syn = reuse_ratio(load_trace("mooncake_synthetic"))

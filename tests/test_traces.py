@@ -88,7 +88,7 @@ def test_trace_path_errors():
     assert load_trace("synthetic", sessions=5).name == "synthetic"
 
 
-needs_traces = pytest.mark.skipif(not have_trace("conversation"), reason="Mooncake traces not in ../shared/traces")
+needs_traces = pytest.mark.skipif(not have_trace("conversation"), reason="the Mooncake traces are absent (kvlab.sim.traces.TRACES_DIR)")
 
 
 @needs_traces
@@ -98,7 +98,7 @@ def test_real_mooncake_conversation():
     assert round(t.input_tokens.mean()) == 12_035 and round(t.output_tokens.mean()) == 343  # paper's Table 2
 
 
-@pytest.mark.skipif(not have_trace("azure_code"), reason="Azure traces not in ../shared/traces")
+@pytest.mark.skipif(not have_trace("azure_code"), reason="the Azure traces are absent (kvlab.sim.traces.TRACES_DIR)")
 def test_real_azure():
     t = load_trace("azure_code")
     assert len(t) > 1000 and not t.has_prefixes and t.timestamps[-1] > 0

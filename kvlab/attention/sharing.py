@@ -1,6 +1,6 @@
 """Layer modes from a model's cache layout: which layers store entries and whose entries the others read.
 
-DeepSeek V4.1 ("CSA2", models.md): Full layers (kv_source_layer_ids) compute and store entries;
+DeepSeek V4.1 ("CSA2"; DeepSeek-V4.1-Flash config.json kv_source_layer_ids, model card): Full layers (kv_source_layer_ids) compute and store entries;
 Reindex layers score the source's index keys with their own indexer and store nothing; Reuse layers
 take the source's entries and selection. Layers 20-39 all read layer 20, whose input is the output
 of layers 0-19: the decoder half attends to KV projected once from the encoder half (YOCO-like).

@@ -3,7 +3,7 @@
 Each query sees its last `window` keys plus the first `sink_tokens` keys (StreamingLLM keeps 4).
 `WindowState` holds the bounded window of a session; it can be moved to host memory, where it
 lives for `ttl` seconds (DeepSeek V4.1 keeps 128-token SWA states in host RAM with a minute-level
-TTL, per models.md). Fetching after the TTL is a miss: the state is gone and the caller must
+TTL, per the article "890 bytes/token: KV-cache math for 1M-token DeepSeek V4.1 Flash"). Fetching after the TTL is a miss: the state is gone and the caller must
 replay (recompute) the last `window` tokens; the replayed tokens and their FLOPs are counted.
 """
 from __future__ import annotations

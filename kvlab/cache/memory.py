@@ -5,7 +5,8 @@ the block still holds, `max_memory_allocated` its peak, `memory_reserved` what t
 allocator keeps from the driver. CPU has none: the exact figure is the storage bytes of the
 tensors the block produced (deduplicated by data pointer, as K and V may alias), cross-checked
 against torch.profiler's memory events (the net of allocations minus frees inside the block).
-Source: ../shared/reference/attention.md, "Measuring memory in torch".
+Sources: PyTorch documentation (torch.cuda.memory_allocated / max_memory_allocated / memory_reserved /
+reset_peak_memory_stats; torch.profiler.profile(profile_memory=True); Tensor.untyped_storage().nbytes()).
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Reference quantizers for KV-cache formats, bit-exact against torchao, ml_dtypes and optimum-quanto.
 
 `quantize(x, fmt, **options) -> QuantizedTensor` covers every format of kvlab.formats; sizes
-come from that table. Semantics and sources: the module docstrings and
-../shared/reference/formats.md.
+come from that table. Semantics and sources (torchao 0.18 prototype/mx_formats, ml_dtypes 0.6, optimum-quanto 0.2.7,
+NVIDIA ModelOpt, TransformerEngine, KIVI): the module docstrings.
 """
 from .api import QuantizeError, quantize
 from .e2m1 import decode_e2m1, encode_e2m1, pack_bits, unpack_bits

@@ -6,7 +6,7 @@ bits. Rounding is to nearest with ties to the even code, and it saturates: anyth
 negatives that round to zero give code 0x8. NaN follows torchao's `f32_to_f4_unpacked`, whose
 normal-range bit arithmetic runs on the NaN's bits: magnitude 2, 3 or 4 depending on the
 payload (0x3 for the default quiet NaN 0x7FC00000, 0x4 for the 0x7FF00000 that an E4M3 NaN
-scale becomes), with its sign bit. ml_dtypes gives 0x8 for +NaN instead (formats.md).
+scale becomes), with its sign bit. ml_dtypes 0.6 `float4_e2m1fn` gives 0x8 for +NaN instead.
 """
 from __future__ import annotations
 

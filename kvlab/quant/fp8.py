@@ -1,14 +1,14 @@
 """FP8 E4M3 / E5M2 casts and FP8 quantization with FP32 scales (per tensor, token or block).
 
 Casts are saturating, round to nearest even: clamp to +-max, then torch's cast (torch 2.13
-rounds RNE; E5M2 would overflow to Inf without the clamp; formats.md). +-Inf saturates to
+rounds RNE; E5M2 would overflow to Inf without the clamp; checked in tests/test_quant_casts.py). +-Inf saturates to
 +-max; NaN stays NaN (E4M3 0x7F / E5M2 0x7F with its sign).
 
 Scales (kvlab's definition; vLLM's KV cache convention): s = amax / max_elem over the finite
 values of the scale's group, with s = 1.0 for a group with no finite non-zero value; codes
 = cast(x / s) (a division, as vLLM's cache writer does); decode = value x s. vLLM's
 calibration sets k_scale = amax(k) / 200 and v_scale = amax(v) / 100 (vLLM
-`calculate_kv_scales`; formats.md) — pass them as `scale=`.
+`calculate_kv_scales`, K_SCALE_CONSTANT / V_SCALE_CONSTANT in vllm/envs.py) — pass them as `scale=`.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from ..formats import Element
 
 _DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 
-# vLLM's dynamic KV scale calibration divisors (formats.md, "FP8 KV cache as vLLM does it").
+# vLLM's dynamic KV scale calibration divisors (vllm/envs.py K_SCALE_CONSTANT, V_SCALE_CONSTANT).
 VLLM_K_DIVISOR = 200.0
 VLLM_V_DIVISOR = 100.0
 

@@ -3,7 +3,7 @@
 Per group of G values: mn = min, mx = max, s = (mx - mn) / (2^b - 1),
 q = clamp(round((x + (-mn)) / s), 0, 2^b - 1) with round half to even, decode q x s + mn.
 The codes are computed in fp32 from the fp32 s and mn (bit-exact to optimum-quanto 0.2.7 on
-fp32 input, formats.md); s and mn are then stored in the format's scale / zero-point types
+fp32 input, tests/test_quant_int.py); s and mn are then stored in the format's scale / zero-point types
 (FP16 in the table), and dequantization uses the stored values.
 A constant group (s = 0, KIVI's 0/0) is defined here: every code is 0 and it decodes to mn.
 Grouping: axis "token" = G consecutive values along the last dim (KIVI values: per token over

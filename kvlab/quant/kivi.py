@@ -1,5 +1,5 @@
 """KIVI's cache quantization: keys per channel over G tokens, values per token over G channels,
-the most recent `residual` tokens kept in full precision (KIVI, Liu et al. 2024; formats.md)."""
+the most recent `residual` tokens kept in full precision (KIVI, Liu et al. 2024, arXiv:2402.02750; jy-yuan/KIVI)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

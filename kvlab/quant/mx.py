@@ -1,6 +1,6 @@
 """OCP MX block scaling: one E8M0 (power-of-two) scale per block, E2M1 or FP8 elements.
 
-Scale rules (`scale_rule=` option), matching torchao 0.18 `to_mx` bit for bit (formats.md):
+Scale rules (`scale_rule=` option), matching torchao 0.18 `to_mx` (prototype/mx_formats/mx_tensor.py) bit for bit:
 - "floor" (default; OCP MX spec 6.3): e = unbiased exponent of the block amax, read from its
   fp32 bits, minus emax_elem (2 for E2M1, 8 for E4M3, 15 for E5M2); clamped to [-127, 128];
   byte = e + 127 (NaN amax -> 255; zero or subnormal amax -> 0). Data = x / 2^e with the

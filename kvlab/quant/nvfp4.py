@@ -1,15 +1,15 @@
 """NVFP4: E2M1 elements, one E4M3 scale per 16, optionally an FP32 per-tensor scale above them.
 
-Recipes (formats.md; `recipe=` option):
-- "torchao" (default; torchao 0.18 `nvfp4_quantize`): block scale bs = amax / 6; single level
+Recipes (`recipe=` option):
+- "torchao" (default; torchao 0.18 prototype/mx_formats/nvfp4_tensor.py `nvfp4_quantize`): block scale bs = amax / 6; single level
   s = e4m3(clamp(bs, 2^-6, 448)), data = x * (1 / s); two level with global decode scale g,
   s = e4m3(clamp(bs / g, 2^-6, 448)), data = x * ((1 / g) / s). A multiply by a reciprocal,
   not a division. An all-zero block gets scale byte 0x08 (2^-6); Inf gives 448 (0x7E); NaN
   gives a NaN scale (0x7F) and NaN codes (0x3 / 0xB).
-- "modelopt" (NVIDIA ModelOpt nvfp4_tensor.py, as summarized in formats.md): a zero block
+- "modelopt" (NVIDIA TensorRT Model Optimizer, modelopt nvfp4_tensor.py): a zero block
   scale is replaced by 1.0 (0x38), the floor is 2^-9 (subnormal E4M3 scales allowed), data
   = x / (s * g) (a division), and the sign comes from x < 0 (so -0.0 gives code 0, not 0x8).
-- "te" (TransformerEngine's reference recipe, formats.md): torchao's arithmetic without the
+- "te" (TransformerEngine's reference recipe, custom_recipes/quantization_nvfp4.py): torchao's arithmetic without the
   2^-6 floor, so tiny blocks get subnormal or zero scales; a zero scale gives zero codes
   (kvlab's guard for the 0 x Inf the reference would compute).
 All three agree on ordinary data and differ on zero, tiny and wide-range blocks (tested).

@@ -8,13 +8,15 @@ kvlab.formats / kvlab.layout.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import KvlabError, ParameterError
+from ..errors import ParameterError
 from ..formats import Format, get_format
 from ..layout import build_layout
 from ..models import catalog_names
+from ..nb.params import NotebookParams
 from .api import quantize
 from .metrics import attention_error, cosine, max_step_error, rel_error, sqnr
 
@@ -23,38 +25,33 @@ OUTLIER_GAIN = 10.0  # outlier channels are this many times larger than the rest
 OUTLIER_EVERY = 32  # one outlier channel per this many channels
 
 
-def check_params(shape, distributions, formats, seed, models) -> tuple[tuple[int, int, int], list[Format], list[str]]:
-    """Validate the notebook's parameters; one ParameterError naming the bad one."""
-    if not isinstance(shape, (list, tuple)) or len(shape) != 3:
-        raise ParameterError(f"parameter shape must be [heads, tokens, head_dim], got {shape!r}")
-    for v in shape:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ParameterError(f"parameter shape must hold positive integers, got {shape!r}")
-    if isinstance(distributions, str) or not distributions:
-        raise ParameterError(f"parameter distributions must be a non-empty list, got {distributions!r}")
-    for d in distributions:
-        if d not in DISTRIBUTIONS:
-            raise ParameterError(f"parameter distributions: {d!r} is not one of {', '.join(DISTRIBUTIONS)}")
-    if isinstance(formats, str) or not formats:
-        raise ParameterError(f"parameter formats must be a non-empty list of format names, got {formats!r}")
-    fmts = []
-    for f in formats:
-        try:
-            fmt = get_format(f)
-        except KvlabError as e:
-            raise ParameterError(f"parameter formats: {e}") from None
-        if fmt.element.kind == "int" and shape[1] % fmt.block:
-            raise ParameterError(f"parameter shape: tokens ({shape[1]}) must be a multiple of {fmt.name}'s group "
-                                 f"of {fmt.block} (KIVI groups keys over tokens)")
-        fmts.append(fmt)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ParameterError(f"parameter seed must be an integer >= 0, got {seed!r}")
-    known = catalog_names()
-    models = list(models) or known
-    for m in models:
-        if m not in known:
-            raise ParameterError(f"parameter models: {m!r} is not in the catalog ({', '.join(known)})")
-    return tuple(shape), fmts, models
+@dataclass
+class QuantizersParams(NotebookParams):
+    """Notebook 03's parameters, checked on construction; `kv_shape`, `fmts` and `model_names` are resolved."""
+
+    shape: list  # K and V shape: [heads, tokens, head_dim]
+    distributions: list  # synthetic KV data (DISTRIBUTIONS)
+    formats: list  # formats to compare
+    seed: int  # seed of the synthetic data and the attention queries
+    models: list  # catalog models for the bytes table (empty: the whole catalog)
+    kv_shape: tuple = field(init=False)  # (heads, tokens, head_dim)
+    fmts: list = field(init=False, repr=False)  # the formats, looked up
+    model_names: list = field(init=False)  # the models of the bytes table
+
+    def __post_init__(self):
+        shape = self.need_ints("shape")
+        if len(shape) != 3:
+            raise ParameterError(f"parameter shape must be [heads, tokens, head_dim], got {self.shape!r}")
+        self.kv_shape = tuple(shape)
+        self.need_names("distributions", DISTRIBUTIONS)
+        self.fmts = [self.need_lookup("formats", get_format, f) for f in self.need_names("formats")]
+        for fmt in self.fmts:
+            if fmt.element.kind == "int" and shape[1] % fmt.block:
+                raise ParameterError(f"parameter shape: tokens ({shape[1]}) must be a multiple of {fmt.name}'s group "
+                                     f"of {fmt.block} (KIVI groups keys over tokens)")
+        self.need_int("seed", 0)
+        known = catalog_names()
+        self.model_names = self.need_names("models", known, empty=True) or known
 
 
 def sample_kv(shape: tuple[int, int, int], distribution: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,86 @@
+"""kvlab.nb.params: one clear ParameterError naming the parameter, from every notebook's parameters dataclass."""
+import math
+from dataclasses import dataclass
+
+import pytest
+
+from kvlab.errors import ParameterError
+from kvlab.nb.params import NotebookParams
+from kvlab.sim.tiering import TieringParams
+from kvlab.serving.capacity import SessionsParams
+
+
+@dataclass
+class Demo(NotebookParams):
+    tokens: int  # an integer >= 1
+    share: float  # a number in [0, 1]
+    lengths: list  # integers >= 1
+    names: list  # strings
+
+    def __post_init__(self):
+        self.need_int("tokens")
+        self.need_number("share", 0.0, 1.0)
+        self.need_ints("lengths")
+        self.need_names("names", ["a", "b"])
+
+
+GOOD = dict(tokens=3, share=0.5, lengths=[1, 2], names=["a"])
+
+
+@pytest.mark.parametrize("bad,message", [
+    (dict(tokens=0), "parameter tokens must be an integer >= 1, got 0"),
+    (dict(tokens=1e6), "parameter tokens must be an integer, got 1000000.0"),  # refused, not turned into a float
+    (dict(tokens=True), "parameter tokens must be an integer, got True"),
+    (dict(share=math.nan), "parameter share must be a finite number, got nan"),
+    (dict(share=1.5), "parameter share must lie in [0, 1], got 1.5"),
+    (dict(share="0.5"), "parameter share must be a number, got '0.5'"),
+    (dict(lengths="12"), "parameter lengths must be a list, got '12'"),
+    (dict(lengths=[]), "parameter lengths must not be empty"),
+    (dict(lengths=[1, -2]), "parameter lengths must be an integer >= 1, got -2"),
+    (dict(names=["c"]), "parameter names must be one of a, b; got 'c'"),
+    (dict(names=[1]), "parameter names must be a list of names, got 1 in [1]"),
+])
+def test_one_message_naming_the_parameter(bad, message):
+    with pytest.raises(ParameterError) as e:
+        Demo.of({**GOOD, **bad})
+    assert str(e.value) == message
+
+
+def test_of_reads_the_notebook_namespace():
+    assert Demo.of({**GOOD, "unrelated": object()}) == Demo(**GOOD)
+    with pytest.raises(ParameterError, match="the parameters cell defines no names"):
+        Demo.of({k: v for k, v in GOOD.items() if k != "names"})
+
+
+TIERING = dict(trace="synthetic", synthetic_sessions=200, seed=0, models=["qwen3-8b"], model="deepseek-v4.1-flash",
+               gpu="H100", hbm_gb=0.05, dram_gb=1.0, ssd_gb=10.0, policy="lru", ttl_s=0.0, ttls_s=[10, 30],
+               prefill_tokens_per_s=10_000.0, capacity_points=25, validate_mooncake=True)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(ttl_s=math.nan), "parameter ttl_s must be a finite number"),  # NaN is no "no TTL"
+    (dict(ttls_s=[10, 0]), r"parameter ttls_s must lie in \(0, inf\]"),
+    (dict(hbm_gb=0.0), "parameter hbm_gb"), (dict(gpu="A100"), "parameter gpu must be one of"),
+    (dict(trace="missing.jsonl"), "parameter trace: 'missing.jsonl' not found"),
+    (dict(validate_mooncake="yes"), "parameter validate_mooncake must be True or False"),
+    (dict(model="nope"), "parameter model must be one of"),
+])
+def test_notebook_07_parameters(bad, match):
+    assert TieringParams.of(TIERING).ttl == math.inf
+    with pytest.raises(ParameterError, match=match):
+        TieringParams.of({**TIERING, **bad})
+
+
+def test_notebook_06_parameters():
+    p = dict(models=["qwen3-8b"], gpus=["h100"], contexts=[131_072], prefix_hit_rates=[0.0, 0.5], ttls_s=[60],
+             utilization=0.9, activation_gb=4.0, synthetic_sessions=20, seed=0, checklist_model="deepseek-v4.1-flash",
+             checklist_gpu="H200", checklist_context=1_000_000, checklist_prefix_hit_rate=0.5,
+             prefill_tokens_per_s=10_000.0, decode_tokens_per_s=20_000.0, tokens_per_request=500,
+             tokens_per_s_per_session=30.0)
+    assert SessionsParams.of(p).kw == dict(utilization=0.9, activation_gb=4.0)
+    for bad, match in ((dict(prefix_hit_rates=[1.5]), "parameter prefix_hit_rates must lie in"),
+                       (dict(checklist_gpu="A100"), "parameter checklist_gpu must be one of"),
+                       (dict(decode_tokens_per_s=-1.0), "parameter decode_tokens_per_s"),
+                       (dict(contexts=[0]), "parameter contexts must be an integer >= 1")):
+        with pytest.raises(ParameterError, match=match):
+            SessionsParams.of({**p, **bad})
