@@ -27,10 +27,17 @@ def probe(tmp_path) -> Path:
     nb = nbformat.v4.new_notebook()
     params = nbformat.v4.new_code_cell('model: str = "qwen3-8b"  # catalog name\n'
                                        'kv_format: str = ""  # number format (empty: the model\'s own)\n'
-                                       'hold_s: float = 0.0  # seconds to wait first (lets a test stop a sweep)')
+                                       'gate: str = ""  # a file: every point but the first to start waits while it exists')
     params.metadata["tags"] = ["parameters"]
-    body = nbformat.v4.new_code_cell("import time\nfrom kvlab.layout import bytes_per_token\n"
-                                     "from kvlab.nb.record import record\ntime.sleep(hold_s)\n"
+    body = nbformat.v4.new_code_cell("import os, time\nfrom kvlab.layout import bytes_per_token\n"
+                                     "from kvlab.nb.record import record\n"
+                                     "if gate:  # the first point to start claims the pass; the others hold\n"
+                                     "    try:\n"
+                                     "        os.close(os.open(gate + '.first', os.O_CREAT | os.O_EXCL))\n"
+                                     "    except FileExistsError:\n"
+                                     "        t0 = time.monotonic()\n"
+                                     "        while os.path.exists(gate) and time.monotonic() - t0 < 600:\n"
+                                     "            time.sleep(0.2)\n"
                                      'record("bytes_per_token", bytes_per_token(model, "storage", kv_format or None))')
     nb.cells = [params, body]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -83,7 +90,9 @@ def test_small_grid_on_two_workers(tmp_path, probe):
 
 def test_stopped_sweep_resumes(tmp_path, probe):
     models = ["qwen3-8b", "llama-3.1-8b", "deepseek-v4.1-flash", "gpt-oss-20b"]
-    (tmp_path / "grid.json").write_text(json.dumps({"model": models, "hold_s": [1.0]}))
+    gate = tmp_path / "gate"
+    gate.write_text("")  # held: once one point has finished, the others wait until the test stops the sweep
+    (tmp_path / "grid.json").write_text(json.dumps({"model": models, "gate": [str(gate)]}))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "kvlab", "sweep", str(probe), "--grid", str(tmp_path / "grid.json"),
                              "--workers", "1", "--no-progress", "--out", str(tmp_path / "runs")],
@@ -112,8 +121,9 @@ def test_stopped_sweep_resumes(tmp_path, probe):
     assert record["status"] == "interrupted"
     finished = {d.name: os.readlink(d / "latest") for d in folder.iterdir()
                 if d.is_dir() and (point_outcome(d, "probe") or {}).get("status") == "ok"}
-    assert 1 <= len(finished) < len(models)
+    assert len(finished) == 1
 
+    gate.unlink()  # released: the resumed points run straight through
     sweep = run_sweep(str(probe), None, resume=folder, workers=2, progress=False, log=lambda m: None)
     assert sweep.skipped == len(finished) and sweep.ran == len(models) - len(finished)
     assert not sweep.failed and set(sweep.status.values()) == {"ok"}
