@@ -86,6 +86,18 @@ class Trace:
         return d
 
 
+def block_stream(ids, block_tokens: int = 1, name: str = "blocks") -> Trace:
+    """A plain stream of block ids as a trace of one-block requests (every access its own request, arriving one
+    second apart): the shape libCacheSim sees, so each policy's hits can be held against it."""
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+        raise ParameterError(f"block ids must be a 1-D array of integers, got {ids.dtype} of shape {ids.shape}")
+    n = len(ids)
+    return Trace(name, np.arange(n, dtype=np.float64), np.full(n, block_tokens, np.int64), np.ones(n, np.int64),
+                 np.arange(n + 1, dtype=np.int64), _dense(ids.astype(np.int64)), block_tokens,
+                 source="a block stream")
+
+
 def _dense(ids: np.ndarray) -> np.ndarray:
     """Map arbitrary ids to 0..k-1 in order of first appearance."""
     uniq, first, inv = np.unique(ids, return_index=True, return_inverse=True)
