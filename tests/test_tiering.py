@@ -165,7 +165,7 @@ def test_make_tiers_from_model_bytes():
     assert t.block_bytes == 147_456 * 512
     assert t.capacity_blocks == (1_000_000_000 // t.block_bytes, 2_000_000_000 // t.block_bytes, 0)
     assert t.read_bytes_per_s[1] == 64e9 and t.read_bytes_per_s[2] == 7e9
-    with pytest.raises(ParameterError, match="at least one block"):
+    with pytest.raises(ParameterError, match="holds no block"):
         make_tiers("qwen3-8b", 0.01)
     with pytest.raises(ParameterError, match="dram_gb"):
         make_tiers("qwen3-8b", 1, -1)

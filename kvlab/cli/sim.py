@@ -38,7 +38,7 @@ def register(sub) -> None:
     from ..sim.policies import policy_names
     m = sub.add_parser("simulate", help="HBM / DRAM / SSD KV tiering on a request trace")
     m.add_argument("--trace", default="synthetic",
-                   help="'synthetic', a path, or conversation / mooncake_synthetic (from ../shared/traces)")
+                   help="'synthetic', a path, or a public trace by name (kvlab traces list; e.g. mooncake-conversation)")
     m.add_argument("--model", required=True)
     m.add_argument("--hbm-gb", type=_number("--hbm-gb"), required=True, help="KV budget in HBM, GB")
     m.add_argument("--dram-gb", type=_number("--dram-gb"), default=0.0)

@@ -396,8 +396,10 @@ def _state(tiers, n, max_freq, caps):
     return nx, pv, tag, ct, hp, iv, fv
 
 
-def _run_one(pol, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
-    """One cache of `cap` blocks over the block stream: (found, prefix-hit blocks, prefix-hit tokens)."""
+def _run_body(pol, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
+    """One cache of `cap` blocks over the block stream: (found, prefix-hit blocks, prefix-hit tokens). Inlined
+    into one runner per policy below, where `pol` is a constant: numba prunes the other policies' branches, and
+    the loop runs several times faster than with `pol` known only at run time."""
     nx, pv, tag, ct, hp, iv, fv = _state(1, n, max_freq, np.array([cap]))
     init_tier(pol, 0, cap, params, nx, pv, iv, fv, n)
     fut = np.full(n if pol >= BELADY else 0, NEVER, np.int64)
@@ -429,6 +431,47 @@ def _run_one(pol, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_f
     return found, pblocks, ptokens
 
 
+# one runner per policy (a constant `pol` each; see _run_body); RUNNERS[pol] picks it
+def _run_lru(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
+    return _run_body(LRU, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
+
+
+def _run_fifo(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
+    return _run_body(FIFO, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
+
+
+def _run_lfu(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
+    return _run_body(LFU, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
+
+
+def _run_sieve(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
+    return _run_body(SIEVE, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
+
+
+def _run_s3fifo(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
+    return _run_body(S3FIFO, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
+
+
+def _run_arc(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
+    return _run_body(ARC, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
+
+
+def _run_belady(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
+    return _run_body(BELADY, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
+
+
+def _run_belady_bypass(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
+    return _run_body(BELADY_BYPASS, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
+
+
+RUNNERS = [_run_lru, _run_fifo, _run_lfu, _run_sieve, _run_s3fifo, _run_arc, _run_belady, _run_belady_bypass]
+
+
+def _run_one(pol, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
+    """One cache of `cap` blocks under policy id `pol` (see _run_body)."""
+    return RUNNERS[pol](cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
+
+
 def _place(b, k, src, now, pols, caps, admits, nx, pv, tag, ct, hp, iv, fv, fut, n, where, last, cnt,
            ttl, ttl_on, expiry, moved, counts):
     """Put b (from tier src, -1 if new) into tier k or the next tier with room below, cascading victims down
@@ -451,8 +494,8 @@ def _place(b, k, src, now, pols, caps, admits, nx, pv, tag, ct, hp, iv, fv, fut,
             k = 2
             continue
         pol = pols[k]
-        lookup(pol, k, nx, pv, tag, ct, hp, iv, fv, fut, n, b)
-        v, stored = insert(pol, k, nx, pv, tag, ct, hp, iv, fv, fut, n, b)
+        lookup_any(pol, k, nx, pv, tag, ct, hp, iv, fv, fut, n, b)
+        v, stored = insert_any(pol, k, nx, pv, tag, ct, hp, iv, fv, fut, n, b)
         if stored:
             where[b] = k
             if k == 1 and ttl_on:
@@ -496,7 +539,7 @@ def _tiered(pols, caps, params, admits, ids, nxt, off, inp, ts, block_tokens, tt
             while len(expiry) > 0 and expiry[0][0] < now - ttl:
                 t0, b = heapq.heappop(expiry)
                 if where[b] == 1 and last[b] == t0:
-                    remove(pols[1], 1, nx, pv, tag, ct, hp, iv, fut, n, b)
+                    remove_any(pols[1], 1, nx, pv, tag, ct, hp, iv, fut, n, b)
                     where[b] = 3
                     if caps[2] > 0:
                         _place(b, 2, 1, now, pols, caps, admits, nx, pv, tag, ct, hp, iv, fv, fut, n, where,
@@ -510,9 +553,9 @@ def _tiered(pols, caps, params, admits, ids, nxt, off, inp, ts, block_tokens, tt
             fut[b] = nxt[a]
             k = where[b]
             if k == 0:
-                lookup(pols[0], 0, nx, pv, tag, ct, hp, iv, fv, fut, n, b)
+                lookup_any(pols[0], 0, nx, pv, tag, ct, hp, iv, fv, fut, n, b)
             elif k < 3:
-                remove(pols[k], k, nx, pv, tag, ct, hp, iv, fut, n, b)
+                remove_any(pols[k], k, nx, pv, tag, ct, hp, iv, fut, n, b)
                 where[b] = 3
             if k == 3:
                 intact = False
@@ -534,16 +577,27 @@ def _tiered(pols, caps, params, admits, ids, nxt, off, inp, ts, block_tokens, tt
 if ENABLED:
     from numba import njit
     _jit = njit(cache=True, nogil=True)
+    _inl = njit(cache=True, nogil=True, inline="always")
+    # the tier kernel dispatches on policies known only at run time: called, not inlined (compiles in a third of
+    # the time); the per-policy runners inline them with a constant policy
+    lookup_any, insert_any, remove_any = _jit(lookup), _jit(insert), _jit(remove)
     for _f in (_push, _unlink, _above, _heap_swap, _heap_fix, _heap_delete, _arc_replace, _arc_evict, _s3_evict):
         globals()[_f.__name__] = _jit(_f)
-    init_tier = _jit(init_tier)
-    lookup = _jit(lookup)
-    insert = _jit(insert)
-    remove = _jit(remove)
-    _state = _jit(_state)
-    _run_one = _jit(_run_one)
+    init_tier = _inl(init_tier)
+    _state = _inl(_state)
+    lookup = _inl(lookup)
+    insert = _inl(insert)
+    remove = _inl(remove)
+    _run_body = _inl(_run_body)
+    RUNNERS = [_jit(f) for f in RUNNERS]
+    for _f in RUNNERS:
+        globals()[_f.__name__] = _f
     _place = _jit(_place)
     _tiered = _jit(_tiered)
+
+
+else:  # pragma: no cover - without numba every kernel is the plain Python above
+    lookup_any, insert_any, remove_any = lookup, insert, remove
 
 
 def threads() -> int:

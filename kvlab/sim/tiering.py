@@ -94,6 +94,9 @@ def make_tiers(model, hbm_gb: float, dram_gb: float = 0.0, ssd_gb: float = 0.0, 
     g = get_gpu(gpu)
     bb = block_bytes(model, block_tokens, scheme, kv_format)
     caps = tuple(int(gb * 1e9 // bb) for gb in (hbm_gb, dram_gb, ssd_gb))
+    if caps[0] < 1:
+        raise ParameterError(f"hbm_gb {hbm_gb:g} holds no block: one block is {bb:,} B ({block_tokens} tokens of "
+                             f"{model}); the HBM tier must hold at least one")
     bws = (g.hbm_bytes_per_s, g.host_link_bytes_per_s, min(g.ssd_bytes_per_s, g.host_link_bytes_per_s))
     return Tiers(block_tokens, bb, caps, bws, ttl_s, prefill_tokens_per_s)
 
