@@ -1,15 +1,21 @@
 """Compiled (numba) paths of the eviction policies in kvlab.sim.policies, one cache or a tier hierarchy.
 
-Every policy's state lives in a few arrays shared by all policies, so one kernel runs any policy in any tier
-(a policy id picks the branch): intrusive doubly linked lists over dense block ids (`nx` toward the oldest,
-`pv` toward the newest; sentinel nodes after the n blocks: lists 1-4 at n..n+3, LFU's count-f list at
-n + 4 + f), a list tag and a counter per block, a binary heap for Belady, and a few scalars per tier. Each
-branch is the reference class's logic (hence libCacheSim's) written over these arrays; tests hold the
-two equal access by access. All kernels live in this one file because numba's on-disk cache notices edits
+Every policy's state lives in one int32 row per tier, `S[k]`, so that one kernel runs any policy in any tier (a
+policy id picks the branch) and the small inlined functions below take few arrays (numba's reference counting of
+each array passed through an inlined call, per access, once cost more than the list updates themselves):
+  nodes     4 fields per node (`4 * i + NX, PV, TAG, CT`): the dense blocks 0..n-1, then list sentinels n..n+3
+            (lists 1-4), then LFU's count lists (count f at n + 4 + f). NX points toward the oldest, PV toward the
+            newest; TAG is the list a block is in (0: absent); CT a counter (LFU count, S3-FIFO hits, SIEVE's
+            visited bit, Belady's heap position)
+  heap      Belady's binary max-heap on next use (1-based), after the nodes
+with per-tier scalars in `iv[k]` (capacity, list sizes, SIEVE's hand, LFU's smallest count, flags) and ARC's target
+in `fv[k, 0]`. Each policy's branch is its reference class's logic (hence libCacheSim's) over these arrays; tests
+hold the two equal access by access. All kernels live in this one file because numba's on-disk cache notices edits
 only to the file of the function it compiled.
 
   `run_one`   one cache over a trace's block stream: found blocks (libCacheSim's hits), prefix-hit blocks and
-              tokens (only a request's leading run of cached blocks counts, as engines match prefixes)
+              tokens (only a request's leading run of cached blocks counts, as engines match prefixes); one compiled
+              runner per policy, where the policy is a constant and the other policies' code drops out
   `run_curve` the same at many capacities, in threads (the compiled runs release the GIL)
   `tiered`    HBM / DRAM / SSD tiers with a policy and an admission rule each, demote-on-evict,
               promote-on-hit, a DRAM TTL with expiry to SSD: kvlab.sim.tiering.simulate_sequential compiled
@@ -27,34 +33,27 @@ ENABLED = kernels.ENABLED  # numba importable and KVLAB_NUMBA != "0"
 NEVER = np.iinfo(np.int64).max
 
 LRU, FIFO, LFU, SIEVE, S3FIFO, ARC, BELADY, BELADY_BYPASS = range(8)  # policy ids (Policy.kernel)
-# per-tier scalars iv[k, .]
-CAP, HAND, MINF, FA, FB, FG, SCAP, MCAP, GCAP, HS, THR = 0, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14  # 1..4: list sizes
-NIV = 16
+NX, PV, TAG, CT = 0, 1, 2, 3  # node fields
+# per-tier scalars iv[k, .]; 1..4: sizes of lists 1..4
+CAP, HAND, MINF, FA, FB, FG, SCAP, MCAP, GCAP, HS, THR, HEAP, TOP = 0, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16
+NIV = 17  # HEAP: where the heap starts in S[k]; TOP: one past the last LFU count list
 
 
-def _push(nx, pv, k, s, b):
-    """Put b at the newest end of the list with sentinel s."""
-    q = nx[k, s]
-    nx[k, b] = q
-    pv[k, b] = s
-    pv[k, q] = b
-    nx[k, s] = b
+# --- lists and the heap ------------------------------------------------------------------------------------
+def _push(S, k, s, b):
+    """Put node b at the newest end of the list with sentinel s."""
+    q = S[k, 4 * s + NX]
+    S[k, 4 * b + NX] = q
+    S[k, 4 * b + PV] = s
+    S[k, 4 * q + PV] = b
+    S[k, 4 * s + NX] = b
 
 
-def _unlink(nx, pv, k, b):
-    p = pv[k, b]
-    q = nx[k, b]
-    nx[k, p] = q
-    pv[k, q] = p
-
-
-def _heap_swap(hp, ct, k, i, j):
-    a = hp[k, i]
-    c = hp[k, j]
-    hp[k, i] = c
-    hp[k, j] = a
-    ct[k, c] = i
-    ct[k, a] = j
+def _unlink(S, k, b):
+    p = S[k, 4 * b + PV]
+    q = S[k, 4 * b + NX]
+    S[k, 4 * p + NX] = q
+    S[k, 4 * q + PV] = p
 
 
 def _above(fut, x, y):
@@ -63,40 +62,52 @@ def _above(fut, x, y):
     return fut[x] > fut[y] or (fut[x] == fut[y] and x < y)
 
 
-def _heap_fix(hp, ct, fut, k, i, size):
-    """Restore the max-heap on next use around position i (1-based) after its key changed."""
-    while i > 1 and _above(fut, hp[k, i], hp[k, i // 2]):
-        _heap_swap(hp, ct, k, i, i // 2)
+def _heap_swap(S, k, h, i, j):
+    a = S[k, h + i]
+    c = S[k, h + j]
+    S[k, h + i] = c
+    S[k, h + j] = a
+    S[k, 4 * c + CT] = i
+    S[k, 4 * a + CT] = j
+
+
+def _heap_fix(S, fut, k, h, i, size):
+    """Restore the max-heap on next use (starting at S[k, h], 1-based) around position i after its key changed."""
+    while i > 1 and _above(fut, S[k, h + i], S[k, h + i // 2]):
+        _heap_swap(S, k, h, i, i // 2)
         i //= 2
     while True:
         j = 2 * i
         if j > size:
             break
-        if j + 1 <= size and _above(fut, hp[k, j + 1], hp[k, j]):
+        if j + 1 <= size and _above(fut, S[k, h + j + 1], S[k, h + j]):
             j += 1
-        if not _above(fut, hp[k, j], hp[k, i]):
+        if not _above(fut, S[k, h + j], S[k, h + i]):
             break
-        _heap_swap(hp, ct, k, i, j)
+        _heap_swap(S, k, h, i, j)
         i = j
 
 
-def _heap_delete(hp, ct, fut, iv, k, i):
+def _heap_delete(S, iv, fut, k, i):
+    h = iv[k, HEAP]
     size = iv[k, HS]
     if i != size:
-        _heap_swap(hp, ct, k, i, size)
+        _heap_swap(S, k, h, i, size)
     iv[k, HS] = size - 1
     if i < size:
-        _heap_fix(hp, ct, fut, k, i, size - 1)
+        _heap_fix(S, fut, k, h, i, size - 1)
 
 
-def init_tier(pol, k, cap, params, nx, pv, iv, fv, n):
-    """Empty tier k of `cap` blocks under policy `pol`; sentinels point at themselves."""
-    for s in range(n, nx.shape[1]):
-        nx[k, s] = s
-        pv[k, s] = s
+def init_tier(pol, k, cap, params, S, iv, fv, n, heap):
+    """Empty tier k of `cap` blocks under policy `pol`: sentinels point at themselves."""
+    for s in range(n, heap // 4):
+        S[k, 4 * s + NX] = s
+        S[k, 4 * s + PV] = s
     iv[k, CAP] = cap
     iv[k, HAND] = -1
     iv[k, MINF] = 1
+    iv[k, HEAP] = heap
+    iv[k, TOP] = heap // 4 - n - 4
     fv[k, 0] = 0.0
     if pol == S3FIFO:
         iv[k, SCAP] = int(cap * params[0])
@@ -105,303 +116,371 @@ def init_tier(pol, k, cap, params, nx, pv, iv, fv, n):
         iv[k, THR] = int(params[2])
 
 
-def lookup(pol, k, nx, pv, tag, ct, hp, iv, fv, fut, n, b):
-    """True if b is resident in tier k (its hit recorded); False after a miss's bookkeeping."""
-    t = tag[k, b]
-    if pol == LRU:
-        if t:
-            _unlink(nx, pv, k, b)
-            _push(nx, pv, k, n, b)
-            return True
-        return False
-    if pol == FIFO:
-        return t != 0
-    if pol == LFU:
-        if t:
-            f = ct[k, b]
-            _unlink(nx, pv, k, b)
-            _push(nx, pv, k, n + 4 + f + 1, b)
-            ct[k, b] = f + 1
-            if f == iv[k, MINF] and nx[k, n + 4 + f] == n + 4 + f:
-                iv[k, MINF] = f + 1
-            return True
-        return False
-    if pol == SIEVE:
-        if t:
-            ct[k, b] = 1
-            return True
-        return False
-    if pol == S3FIFO:
-        iv[k, FA] = 0
-        if t == 1 or t == 2:
-            ct[k, b] += 1
-            return True
-        if t == 3:
-            _unlink(nx, pv, k, b)
-            tag[k, b] = 0
-            iv[k, 3] -= 1
-            iv[k, FA] = 1
-        return False
-    if pol == ARC:
-        iv[k, FG] = 0
-        if t == 1:
-            iv[k, FA] = 0
-            iv[k, FB] = 0
-            _unlink(nx, pv, k, b)
-            _push(nx, pv, k, n + 1, b)
-            tag[k, b] = 2
-            iv[k, 1] -= 1
-            iv[k, 2] += 1
-            return True
-        if t == 2:
-            iv[k, FA] = 0
-            iv[k, FB] = 0
-            _unlink(nx, pv, k, b)
-            _push(nx, pv, k, n + 1, b)
-            return True
-        if t == 3:
-            iv[k, FA] = 1
-            iv[k, FB] = 0
-            iv[k, FG] = 1
-            fv[k, 0] = min(fv[k, 0] + max(iv[k, 4] / iv[k, 3], 1.0), float(iv[k, CAP]))
-            _unlink(nx, pv, k, b)
-            tag[k, b] = 0
-            iv[k, 3] -= 1
-        elif t == 4:
-            iv[k, FA] = 0
-            iv[k, FB] = 1
-            iv[k, FG] = 1
-            fv[k, 0] = max(fv[k, 0] - max(iv[k, 3] / iv[k, 4], 1.0), 0.0)
-            _unlink(nx, pv, k, b)
-            tag[k, b] = 0
-            iv[k, 4] -= 1
-        return False
-    # Belady
-    if t:
-        _heap_fix(hp, ct, fut, k, ct[k, b], iv[k, HS])
-        return True
-    return False
-
-
-def _arc_replace(k, nx, pv, tag, iv, fv, n):
+# --- ARC's and S3-FIFO's evictions ---------------------------------------------------------------------------
+def _arc_replace(k, S, iv, fv, n):
     n1 = iv[k, 1]
     p = fv[k, 0]
     if (n1 > 0 and (n1 > p or (n1 == p and iv[k, FB] != 0))) or iv[k, 2] == 0:
-        v = pv[k, n]
-        _unlink(nx, pv, k, v)
-        _push(nx, pv, k, n + 2, v)
-        tag[k, v] = 3
+        v = S[k, 4 * n + PV]
+        _unlink(S, k, v)
+        _push(S, k, n + 2, v)
+        S[k, 4 * v + TAG] = 3
         iv[k, 1] -= 1
         iv[k, 3] += 1
     else:
-        v = pv[k, n + 1]
-        _unlink(nx, pv, k, v)
-        _push(nx, pv, k, n + 3, v)
-        tag[k, v] = 4
+        v = S[k, 4 * (n + 1) + PV]
+        _unlink(S, k, v)
+        _push(S, k, n + 3, v)
+        S[k, 4 * v + TAG] = 4
         iv[k, 2] -= 1
         iv[k, 4] += 1
     return v
 
 
-def _arc_evict(k, nx, pv, tag, iv, fv, n):
+def _arc_evict(k, S, iv, fv, n):
     cap = iv[k, CAP]
     if iv[k, FG] != 0 and (iv[k, FA] != 0 or iv[k, FB] != 0):
-        return _arc_replace(k, nx, pv, tag, iv, fv, n)
+        return _arc_replace(k, S, iv, fv, n)
     if iv[k, 1] + iv[k, 3] + 1 > cap:
         if iv[k, 3] > 0:
-            g = pv[k, n + 2]
-            _unlink(nx, pv, k, g)
-            tag[k, g] = 0
+            g = S[k, 4 * (n + 2) + PV]
+            _unlink(S, k, g)
+            S[k, 4 * g + TAG] = 0
             iv[k, 3] -= 1
-            return _arc_replace(k, nx, pv, tag, iv, fv, n)
-        v = pv[k, n]
-        _unlink(nx, pv, k, v)
-        tag[k, v] = 0
+            return _arc_replace(k, S, iv, fv, n)
+        v = S[k, 4 * n + PV]
+        _unlink(S, k, v)
+        S[k, 4 * v + TAG] = 0
         iv[k, 1] -= 1
         return v
     if iv[k, 1] + iv[k, 3] + iv[k, 2] + iv[k, 4] >= 2 * cap and iv[k, 4] > 0:
-        g = pv[k, n + 3]
-        _unlink(nx, pv, k, g)
-        tag[k, g] = 0
+        g = S[k, 4 * (n + 3) + PV]
+        _unlink(S, k, g)
+        S[k, 4 * g + TAG] = 0
         iv[k, 4] -= 1
-    return _arc_replace(k, nx, pv, tag, iv, fv, n)
+    return _arc_replace(k, S, iv, fv, n)
 
 
-def _s3_evict(k, nx, pv, tag, ct, iv, n):
+def _s3_evict(k, S, iv, n):
     """One S3-FIFO eviction step; the block that left, or -1 (small emptied into main)."""
     iv[k, FB] = 1  # has evicted
     if iv[k, 2] > iv[k, MCAP] or iv[k, 1] == 0:
         while iv[k, 2] > 0:
-            v = pv[k, n + 1]
-            _unlink(nx, pv, k, v)
-            f = ct[k, v]
+            v = S[k, 4 * (n + 1) + PV]
+            _unlink(S, k, v)
+            f = S[k, 4 * v + CT]
             if f >= 1:
-                _push(nx, pv, k, n + 1, v)
-                ct[k, v] = min(f, 3) - 1
+                _push(S, k, n + 1, v)
+                S[k, 4 * v + CT] = min(f, 3) - 1
                 continue
-            tag[k, v] = 0
+            S[k, 4 * v + TAG] = 0
             iv[k, 2] -= 1
             return v
         return -1
     while iv[k, 1] > 0:
-        v = pv[k, n]
-        _unlink(nx, pv, k, v)
+        v = S[k, 4 * n + PV]
+        _unlink(S, k, v)
         iv[k, 1] -= 1
-        if ct[k, v] >= iv[k, THR]:
-            _push(nx, pv, k, n + 1, v)
-            tag[k, v] = 2
-            ct[k, v] = 0
+        if S[k, 4 * v + CT] >= iv[k, THR]:
+            _push(S, k, n + 1, v)
+            S[k, 4 * v + TAG] = 2
+            S[k, 4 * v + CT] = 0
             iv[k, 2] += 1
             continue
         if iv[k, GCAP] > 0:
             if iv[k, 3] >= iv[k, GCAP]:
-                g = pv[k, n + 2]
-                _unlink(nx, pv, k, g)
-                tag[k, g] = 0
+                g = S[k, 4 * (n + 2) + PV]
+                _unlink(S, k, g)
+                S[k, 4 * g + TAG] = 0
                 iv[k, 3] -= 1
-            _push(nx, pv, k, n + 2, v)
-            tag[k, v] = 3
+            _push(S, k, n + 2, v)
+            S[k, 4 * v + TAG] = 3
             iv[k, 3] += 1
         else:
-            tag[k, v] = 0
+            S[k, 4 * v + TAG] = 0
         return v
     return -1
 
 
-def insert(pol, k, nx, pv, tag, ct, hp, iv, fv, fut, n, b):
-    """Store b (not resident) in tier k, evicting first if full: returns (victim or -1, stored)."""
-    cap = iv[k, CAP]
+# --- each policy's operations (small functions: inlined where the policy is a constant) ---------------------
+def _lru_lookup(k, S, n, b):
+    if S[k, 4 * b + TAG]:
+        _unlink(S, k, b)
+        _push(S, k, n, b)
+        return True
+    return False
+
+
+def _fifo_lookup(k, S, b):
+    return S[k, 4 * b + TAG] != 0
+
+
+def _sieve_lookup(k, S, b):
+    if S[k, 4 * b + TAG]:
+        S[k, 4 * b + CT] = 1
+        return True
+    return False
+
+
+def _list_insert(sieve, k, S, iv, n, b):
+    """LRU, FIFO and SIEVE: one list, newest first; the victim is the oldest (SIEVE: the hand's first unvisited)."""
     v = -1
-    if pol == LRU or pol == FIFO or pol == SIEVE:
-        if iv[k, 1] >= cap:
-            if pol == SIEVE:
-                o = iv[k, HAND]
-                if o < 0:
-                    o = pv[k, n]
-                while ct[k, o] > 0:
-                    ct[k, o] = 0
-                    o = pv[k, o]
-                    if o == n:
-                        o = pv[k, n]
-                h = pv[k, o]
-                iv[k, HAND] = -1 if h == n else h
-                v = o
-            else:
-                v = pv[k, n]
-            _unlink(nx, pv, k, v)
-            tag[k, v] = 0
-            iv[k, 1] -= 1
-        _push(nx, pv, k, n, b)
-        tag[k, b] = 1
-        ct[k, b] = 0
-        iv[k, 1] += 1
-        return v, True
-    if pol == LFU:
-        if iv[k, 1] >= cap:
-            v = pv[k, n + 4 + iv[k, MINF]]
-            _unlink(nx, pv, k, v)
-            tag[k, v] = 0
-            iv[k, 1] -= 1
-        _push(nx, pv, k, n + 5, b)
-        tag[k, b] = 1
-        ct[k, b] = 1
-        iv[k, 1] += 1
-        iv[k, MINF] = 1
-        return v, True
-    if pol == S3FIFO:
-        while iv[k, 1] + iv[k, 2] + 1 > cap:
-            r = _s3_evict(k, nx, pv, tag, ct, iv, n)
-            if r >= 0:
-                v = r
-        if iv[k, FA] != 0:
-            iv[k, FA] = 0
-            s = 2
-        elif iv[k, FB] == 0 and iv[k, 1] >= iv[k, SCAP]:
-            s = 2
+    if iv[k, 1] >= iv[k, CAP]:
+        if sieve:
+            o = iv[k, HAND]
+            if o < 0:
+                o = S[k, 4 * n + PV]
+            while S[k, 4 * o + CT] > 0:
+                S[k, 4 * o + CT] = 0
+                o = S[k, 4 * o + PV]
+                if o == n:
+                    o = S[k, 4 * n + PV]
+            h = S[k, 4 * o + PV]
+            iv[k, HAND] = -1 if h == n else h
+            v = o
         else:
-            s = 1
-        _push(nx, pv, k, n + s - 1, b)
-        tag[k, b] = s
-        ct[k, b] = 0
-        iv[k, s] += 1
-        return v, True
-    if pol == ARC:
-        if iv[k, 1] + iv[k, 2] >= cap:
-            v = _arc_evict(k, nx, pv, tag, iv, fv, n)
-        if iv[k, FG] != 0 and (iv[k, FA] != 0 or iv[k, FB] != 0):
-            _push(nx, pv, k, n + 1, b)
-            tag[k, b] = 2
+            v = S[k, 4 * n + PV]
+        _unlink(S, k, v)
+        S[k, 4 * v + TAG] = 0
+        iv[k, 1] -= 1
+    _push(S, k, n, b)
+    S[k, 4 * b + TAG] = 1
+    S[k, 4 * b + CT] = 0
+    iv[k, 1] += 1
+    return v
+
+
+def _lfu_lookup(k, S, iv, n, b):
+    if S[k, 4 * b + TAG]:
+        f = S[k, 4 * b + CT]
+        _unlink(S, k, b)
+        _push(S, k, n + 4 + f + 1, b)
+        S[k, 4 * b + CT] = f + 1
+        s = n + 4 + f
+        if f == iv[k, MINF] and S[k, 4 * s + NX] == s:
+            iv[k, MINF] = f + 1
+        return True
+    return False
+
+
+def _lfu_insert(k, S, iv, n, b):
+    v = -1
+    if iv[k, 1] >= iv[k, CAP]:
+        v = S[k, 4 * (n + 4 + iv[k, MINF]) + PV]
+        _unlink(S, k, v)
+        S[k, 4 * v + TAG] = 0
+        iv[k, 1] -= 1
+    _push(S, k, n + 5, b)
+    S[k, 4 * b + TAG] = 1
+    S[k, 4 * b + CT] = 1
+    iv[k, 1] += 1
+    iv[k, MINF] = 1
+    return v
+
+
+def _lfu_after_remove(k, S, iv, n, f):
+    """A block of count f left: if it emptied the smallest count, the smallest is the next non-empty count."""
+    s = n + 4 + f
+    if f == iv[k, MINF] and S[k, 4 * s + NX] == s:
+        top = iv[k, TOP]
+        g = f + 1
+        while g < top and S[k, 4 * (n + 4 + g) + NX] == n + 4 + g:
+            g += 1
+        iv[k, MINF] = g if g < top else 1
+
+
+def _s3_lookup(k, S, iv, b):
+    t = S[k, 4 * b + TAG]
+    iv[k, FA] = 0
+    if t == 1 or t == 2:
+        S[k, 4 * b + CT] += 1
+        return True
+    if t == 3:
+        _unlink(S, k, b)
+        S[k, 4 * b + TAG] = 0
+        iv[k, 3] -= 1
+        iv[k, FA] = 1
+    return False
+
+
+def _s3_insert(k, S, iv, n, b):
+    v = -1
+    while iv[k, 1] + iv[k, 2] + 1 > iv[k, CAP]:
+        r = _s3_evict(k, S, iv, n)
+        if r >= 0:
+            v = r
+    if iv[k, FA] != 0:
+        iv[k, FA] = 0
+        s = 2
+    elif iv[k, FB] == 0 and iv[k, 1] >= iv[k, SCAP]:
+        s = 2
+    else:
+        s = 1
+    _push(S, k, n + s - 1, b)
+    S[k, 4 * b + TAG] = s
+    S[k, 4 * b + CT] = 0
+    iv[k, s] += 1
+    return v
+
+
+def _arc_lookup(k, S, iv, fv, n, b):
+    t = S[k, 4 * b + TAG]
+    iv[k, FG] = 0
+    if t == 1 or t == 2:
+        iv[k, FA] = 0
+        iv[k, FB] = 0
+        _unlink(S, k, b)
+        _push(S, k, n + 1, b)
+        if t == 1:
+            S[k, 4 * b + TAG] = 2
+            iv[k, 1] -= 1
             iv[k, 2] += 1
-            iv[k, FA] = 0
-            iv[k, FB] = 0
-            iv[k, FG] = 0
-        else:
-            _push(nx, pv, k, n, b)
-            tag[k, b] = 1
-            iv[k, 1] += 1
-        return v, True
-    # Belady, with or without bypass
+        return True
+    if t == 3:
+        iv[k, FA] = 1
+        iv[k, FB] = 0
+        iv[k, FG] = 1
+        fv[k, 0] = min(fv[k, 0] + max(iv[k, 4] / iv[k, 3], 1.0), float(iv[k, CAP]))
+        _unlink(S, k, b)
+        S[k, 4 * b + TAG] = 0
+        iv[k, 3] -= 1
+    elif t == 4:
+        iv[k, FA] = 0
+        iv[k, FB] = 1
+        iv[k, FG] = 1
+        fv[k, 0] = max(fv[k, 0] - max(iv[k, 3] / iv[k, 4], 1.0), 0.0)
+        _unlink(S, k, b)
+        S[k, 4 * b + TAG] = 0
+        iv[k, 4] -= 1
+    return False
+
+
+def _arc_insert(k, S, iv, fv, n, b):
+    v = -1
+    if iv[k, 1] + iv[k, 2] >= iv[k, CAP]:
+        v = _arc_evict(k, S, iv, fv, n)
+    if iv[k, FG] != 0 and (iv[k, FA] != 0 or iv[k, FB] != 0):
+        _push(S, k, n + 1, b)
+        S[k, 4 * b + TAG] = 2
+        iv[k, 2] += 1
+        iv[k, FA] = 0
+        iv[k, FB] = 0
+        iv[k, FG] = 0
+    else:
+        _push(S, k, n, b)
+        S[k, 4 * b + TAG] = 1
+        iv[k, 1] += 1
+    return v
+
+
+def _bel_lookup(k, S, iv, fut, b):
+    if S[k, 4 * b + TAG]:
+        _heap_fix(S, fut, k, iv[k, HEAP], S[k, 4 * b + CT], iv[k, HS])
+        return True
+    return False
+
+
+def _bel_insert(bypass, k, S, iv, fut, b):
+    """(victim, stored): with bypass, b itself is declined when it would be the first to leave."""
+    h = iv[k, HEAP]
     size = iv[k, HS]
-    if size >= cap:
-        top = hp[k, 1]
-        if pol == BELADY_BYPASS and not _above(fut, top, b):
+    v = -1
+    if size >= iv[k, CAP]:
+        top = S[k, h + 1]
+        if bypass and not _above(fut, top, b):
             return b, False
         v = top
-        tag[k, v] = 0
-        _heap_delete(hp, ct, fut, iv, k, 1)
+        S[k, 4 * v + TAG] = 0
+        _heap_delete(S, iv, fut, k, 1)
         size -= 1
     size += 1
     iv[k, HS] = size
-    hp[k, size] = b
-    ct[k, b] = size
-    tag[k, b] = 1
-    _heap_fix(hp, ct, fut, k, size, size)
+    S[k, h + size] = b
+    S[k, 4 * b + CT] = size
+    S[k, 4 * b + TAG] = 1
+    _heap_fix(S, fut, k, h, size, size)
     return v, True
 
 
-def remove(pol, k, nx, pv, tag, ct, hp, iv, fut, n, b):
+# --- the three operations for any policy id -----------------------------------------------------------------
+def lookup(pol, k, S, iv, fv, fut, n, b):
+    """True if b is resident in tier k (its hit recorded); False after a miss's bookkeeping."""
+    if pol == LRU:
+        return _lru_lookup(k, S, n, b)
+    if pol == FIFO:
+        return _fifo_lookup(k, S, b)
+    if pol == SIEVE:
+        return _sieve_lookup(k, S, b)
+    if pol == LFU:
+        return _lfu_lookup(k, S, iv, n, b)
+    if pol == S3FIFO:
+        return _s3_lookup(k, S, iv, b)
+    if pol == ARC:
+        return _arc_lookup(k, S, iv, fv, n, b)
+    return _bel_lookup(k, S, iv, fut, b)
+
+
+def insert(pol, k, S, iv, fv, fut, n, b):
+    """Store b (not resident) in tier k, evicting first if full: returns (victim or -1, stored)."""
+    if pol == LRU or pol == FIFO:
+        return _list_insert(False, k, S, iv, n, b), True
+    if pol == SIEVE:
+        return _list_insert(True, k, S, iv, n, b), True
+    if pol == LFU:
+        return _lfu_insert(k, S, iv, n, b), True
+    if pol == S3FIFO:
+        return _s3_insert(k, S, iv, n, b), True
+    if pol == ARC:
+        return _arc_insert(k, S, iv, fv, n, b), True
+    return _bel_insert(pol == BELADY_BYPASS, k, S, iv, fut, b)
+
+
+def remove(pol, k, S, iv, fut, n, b):
     """Take resident b out of tier k."""
-    t = tag[k, b]
-    tag[k, b] = 0
+    t = S[k, 4 * b + TAG]
+    S[k, 4 * b + TAG] = 0
     if pol >= BELADY:
-        _heap_delete(hp, ct, fut, iv, k, ct[k, b])
+        _heap_delete(S, iv, fut, k, S[k, 4 * b + CT])
         return
     if pol == SIEVE and iv[k, HAND] == b:
-        h = pv[k, b]
+        h = S[k, 4 * b + PV]
         iv[k, HAND] = -1 if h == n else h
-    _unlink(nx, pv, k, b)
+    _unlink(S, k, b)
     iv[k, t] -= 1
     if pol == LFU:
-        f = ct[k, b]
-        if f == iv[k, MINF] and nx[k, n + 4 + f] == n + 4 + f:
-            g = f + 1
-            while g < nx.shape[1] - n - 4 and nx[k, n + 4 + g] == n + 4 + g:
-                g += 1
-            iv[k, MINF] = g if g < nx.shape[1] - n - 4 else 1
+        _lfu_after_remove(k, S, iv, n, S[k, 4 * b + CT])
 
 
+def lookup_op(pol, k, S, iv, fv, fut, n, b):
+    """`lookup`, resolved at compile time to the policy's own function where `pol` is a constant."""
+    return lookup(pol, k, S, iv, fv, fut, n, b)
+
+
+def insert_op(pol, k, S, iv, fv, fut, n, b):
+    """`insert`, resolved at compile time to the policy's own function where `pol` is a constant."""
+    return insert(pol, k, S, iv, fv, fut, n, b)
+
+
+# --- one cache over a block stream ------------------------------------------------------------------------------
 def _state(tiers, n, max_freq, caps):
-    """Arrays for `tiers` tiers over n blocks (see the module docstring)."""
-    width = n + 4 + max_freq + 3
+    """(S, iv, fv) for `tiers` tiers over n blocks, and where the heap starts in each row (module docstring)."""
+    nodes = n + 4 + max_freq + 3
     hcap = 1
     for c in caps:
         hcap = max(hcap, min(c, n) + 1)
-    nx = np.empty((tiers, width), np.int32)
-    pv = np.empty((tiers, width), np.int32)
-    tag = np.zeros((tiers, n), np.int8)
-    ct = np.zeros((tiers, n), np.int32)
-    hp = np.zeros((tiers, hcap), np.int32)
+    heap = 4 * nodes
+    S = np.zeros((tiers, heap + hcap), np.int32)
     iv = np.zeros((tiers, NIV), np.int64)
     fv = np.zeros((tiers, 2), np.float64)
-    return nx, pv, tag, ct, hp, iv, fv
+    return S, iv, fv, heap
 
 
 def _run_body(pol, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
     """One cache of `cap` blocks over the block stream: (found, prefix-hit blocks, prefix-hit tokens). Inlined
-    into one runner per policy below, where `pol` is a constant: numba prunes the other policies' branches, and
-    the loop runs several times faster than with `pol` known only at run time."""
-    nx, pv, tag, ct, hp, iv, fv = _state(1, n, max_freq, np.array([cap]))
-    init_tier(pol, 0, cap, params, nx, pv, iv, fv, n)
+    into one runner per policy below, where `pol` is a constant: the other policies' code drops out, and the loop
+    runs several times faster than with `pol` known only at run time."""
+    S, iv, fv, heap = _state(1, n, max_freq, np.array([cap]))
+    init_tier(pol, 0, cap, params, S, iv, fv, n, heap)
     fut = np.full(n if pol >= BELADY else 0, NEVER, np.int64)
     cnt = np.zeros(n if admit > 1 else 0, np.int32)
     found = 0
@@ -416,7 +495,7 @@ def _run_body(pol, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_
             b = ids[a]
             if pol >= BELADY:
                 fut[b] = nxt[a]
-            if lookup(pol, 0, nx, pv, tag, ct, hp, iv, fv, fut, n, b):
+            if lookup_op(pol, 0, S, iv, fv, fut, n, b):
                 found += 1
                 if intact:
                     pblocks += 1
@@ -427,7 +506,7 @@ def _run_body(pol, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_
                 cnt[b] += 1
                 if cnt[b] < admit:
                     continue
-            insert(pol, 0, nx, pv, tag, ct, hp, iv, fv, fut, n, b)
+            insert_op(pol, 0, S, iv, fv, fut, n, b)
     return found, pblocks, ptokens
 
 
@@ -472,8 +551,9 @@ def _run_one(pol, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_f
     return RUNNERS[pol](cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
 
 
-def _place(b, k, src, now, pols, caps, admits, nx, pv, tag, ct, hp, iv, fv, fut, n, where, last, cnt,
-           ttl, ttl_on, expiry, moved, counts):
+# --- tiers ---------------------------------------------------------------------------------------------------
+def _place(b, k, src, now, pols, caps, admits, S, iv, fv, fut, n, where, last, cnt, ttl, ttl_on, expiry, moved,
+           counts):
     """Put b (from tier src, -1 if new) into tier k or the next tier with room below, cascading victims down
     (see simulate_sequential). counts: [evicted past the last tier, declined by admission or policy]."""
     while True:
@@ -494,8 +574,8 @@ def _place(b, k, src, now, pols, caps, admits, nx, pv, tag, ct, hp, iv, fv, fut,
             k = 2
             continue
         pol = pols[k]
-        lookup_any(pol, k, nx, pv, tag, ct, hp, iv, fv, fut, n, b)
-        v, stored = insert_any(pol, k, nx, pv, tag, ct, hp, iv, fv, fut, n, b)
+        lookup_any(pol, k, S, iv, fv, fut, n, b)
+        v, stored = insert_any(pol, k, S, iv, fv, fut, n, b)
         if stored:
             where[b] = k
             if k == 1 and ttl_on:
@@ -516,10 +596,10 @@ def _tiered(pols, caps, params, admits, ids, nxt, off, inp, ts, block_tokens, tt
     Returns hit_blocks [3], hit_tokens [3], req_hit [R] tokens, transfer [R] s, moved [3, 3] blocks src->dst,
     counts [evicted, declined], stale."""
     R = len(off) - 1
-    nx, pv, tag, ct, hp, iv, fv = _state(3, n, max_freq, caps)
+    S, iv, fv, heap = _state(3, n, max_freq, caps)
     for k in range(3):
         if caps[k] > 0:
-            init_tier(pols[k], k, caps[k], params[k], nx, pv, iv, fv, n)
+            init_tier(pols[k], k, caps[k], params[k], S, iv, fv, n, heap)
     fut = np.full(n, NEVER, np.int64)
     cnt = np.zeros(n, np.int64)
     where = np.full(n, 3, np.int8)
@@ -539,11 +619,11 @@ def _tiered(pols, caps, params, admits, ids, nxt, off, inp, ts, block_tokens, tt
             while len(expiry) > 0 and expiry[0][0] < now - ttl:
                 t0, b = heapq.heappop(expiry)
                 if where[b] == 1 and last[b] == t0:
-                    remove_any(pols[1], 1, nx, pv, tag, ct, hp, iv, fut, n, b)
+                    remove_any(pols[1], 1, S, iv, fut, n, b)
                     where[b] = 3
                     if caps[2] > 0:
-                        _place(b, 2, 1, now, pols, caps, admits, nx, pv, tag, ct, hp, iv, fv, fut, n, where,
-                               last, cnt, ttl, ttl_on, expiry, moved, counts)
+                        _place(b, 2, 1, now, pols, caps, admits, S, iv, fv, fut, n, where, last, cnt, ttl, ttl_on,
+                               expiry, moved, counts)
         a0 = off[r]
         a1 = off[r + 1]
         intact = True
@@ -553,9 +633,9 @@ def _tiered(pols, caps, params, admits, ids, nxt, off, inp, ts, block_tokens, tt
             fut[b] = nxt[a]
             k = where[b]
             if k == 0:
-                lookup_any(pols[0], 0, nx, pv, tag, ct, hp, iv, fv, fut, n, b)
+                lookup_any(pols[0], 0, S, iv, fv, fut, n, b)
             elif k < 3:
-                remove_any(pols[k], k, nx, pv, tag, ct, hp, iv, fut, n, b)
+                remove_any(pols[k], k, S, iv, fut, n, b)
                 where[b] = 3
             if k == 3:
                 intact = False
@@ -569,35 +649,66 @@ def _tiered(pols, caps, params, admits, ids, nxt, off, inp, ts, block_tokens, tt
                 stale += 1
             last[b] = now
             if k != 0:
-                _place(b, 0, -1, now, pols, caps, admits, nx, pv, tag, ct, hp, iv, fv, fut, n, where, last, cnt,
-                       ttl, ttl_on, expiry, moved, counts)
+                _place(b, 0, -1, now, pols, caps, admits, S, iv, fv, fut, n, where, last, cnt, ttl, ttl_on, expiry,
+                       moved, counts)
     return hit_blocks, hit_tokens, req_hit, transfer, moved, counts, stale
 
 
 if ENABLED:
     from numba import njit
+    from numba.core import types as _types
+    from numba.extending import overload as _overload
     _jit = njit(cache=True, nogil=True)
     _inl = njit(cache=True, nogil=True, inline="always")
-    # the tier kernel dispatches on policies known only at run time: called, not inlined (compiles in a third of
-    # the time); the per-policy runners inline them with a constant policy
-    lookup_any, insert_any, remove_any = _jit(lookup), _jit(insert), _jit(remove)
-    for _f in (_push, _unlink, _above, _heap_swap, _heap_fix, _heap_delete, _arc_replace, _arc_evict, _s3_evict):
+    # numba compiles a call to another compiled function as a call, whose cost dwarfs a list update: the small
+    # functions are inlined where they are used
+    for _f in (_push, _unlink, _above, _heap_swap, _arc_replace, _arc_evict, _s3_evict, _lru_lookup, _fifo_lookup,
+               _sieve_lookup, _list_insert, _lfu_lookup, _lfu_insert, _lfu_after_remove, _s3_lookup, _s3_insert,
+               _arc_lookup, _arc_insert, _bel_lookup, init_tier, _state):
+        globals()[_f.__name__] = _inl(_f)
+    for _f in (_heap_fix, _heap_delete, _bel_insert):  # several call sites each: compiled once, called
         globals()[_f.__name__] = _jit(_f)
-    init_tier = _inl(init_tier)
-    _state = _inl(_state)
-    lookup = _inl(lookup)
-    insert = _inl(insert)
-    remove = _inl(remove)
+    # the tier kernel dispatches on policies known only at run time: one compiled dispatch each
+    lookup_any, insert_any, remove_any = _jit(lookup), _jit(insert), _jit(remove)
+    lookup, insert = _inl(lookup), _inl(insert)
+    _LOOKUPS = {LRU: lambda pol, k, S, iv, fv, fut, n, b: _lru_lookup(k, S, n, b),
+                FIFO: lambda pol, k, S, iv, fv, fut, n, b: _fifo_lookup(k, S, b),
+                SIEVE: lambda pol, k, S, iv, fv, fut, n, b: _sieve_lookup(k, S, b),
+                LFU: lambda pol, k, S, iv, fv, fut, n, b: _lfu_lookup(k, S, iv, n, b),
+                S3FIFO: lambda pol, k, S, iv, fv, fut, n, b: _s3_lookup(k, S, iv, b),
+                ARC: lambda pol, k, S, iv, fv, fut, n, b: _arc_lookup(k, S, iv, fv, n, b),
+                BELADY: lambda pol, k, S, iv, fv, fut, n, b: _bel_lookup(k, S, iv, fut, b),
+                BELADY_BYPASS: lambda pol, k, S, iv, fv, fut, n, b: _bel_lookup(k, S, iv, fut, b)}
+    _INSERTS = {LRU: lambda pol, k, S, iv, fv, fut, n, b: (_list_insert(False, k, S, iv, n, b), True),
+                FIFO: lambda pol, k, S, iv, fv, fut, n, b: (_list_insert(False, k, S, iv, n, b), True),
+                SIEVE: lambda pol, k, S, iv, fv, fut, n, b: (_list_insert(True, k, S, iv, n, b), True),
+                LFU: lambda pol, k, S, iv, fv, fut, n, b: (_lfu_insert(k, S, iv, n, b), True),
+                S3FIFO: lambda pol, k, S, iv, fv, fut, n, b: (_s3_insert(k, S, iv, n, b), True),
+                ARC: lambda pol, k, S, iv, fv, fut, n, b: (_arc_insert(k, S, iv, fv, n, b), True),
+                BELADY: lambda pol, k, S, iv, fv, fut, n, b: _bel_insert(False, k, S, iv, fut, b),
+                BELADY_BYPASS: lambda pol, k, S, iv, fv, fut, n, b: _bel_insert(True, k, S, iv, fut, b)}
+
+    @_overload(lookup_op, inline="always", prefer_literal=True)
+    def _ol_lookup(pol, k, S, iv, fv, fut, n, b):
+        if isinstance(pol, _types.IntegerLiteral):  # a runner's constant policy: its own function
+            return _LOOKUPS[pol.literal_value]
+        return lambda pol, k, S, iv, fv, fut, n, b: lookup(pol, k, S, iv, fv, fut, n, b)
+
+    @_overload(insert_op, inline="always", prefer_literal=True)
+    def _ol_insert(pol, k, S, iv, fv, fut, n, b):
+        if isinstance(pol, _types.IntegerLiteral):
+            return _INSERTS[pol.literal_value]
+        return lambda pol, k, S, iv, fv, fut, n, b: insert(pol, k, S, iv, fv, fut, n, b)
+
     _run_body = _inl(_run_body)
     RUNNERS = [_jit(f) for f in RUNNERS]
     for _f in RUNNERS:
         globals()[_f.__name__] = _f
     _place = _jit(_place)
     _tiered = _jit(_tiered)
-
-
 else:  # pragma: no cover - without numba every kernel is the plain Python above
     lookup_any, insert_any, remove_any = lookup, insert, remove
+    lookup_op, insert_op = lookup, insert
 
 
 def threads() -> int:
