@@ -77,8 +77,8 @@ def _capacities(cls, capacities) -> np.ndarray:
                               (np.issubdtype(caps.dtype, np.floating) and np.all(np.mod(caps, 1) == 0))):
         raise ParameterError(f"capacities must be integers (blocks), got {capacities!r}")
     caps = caps.astype(np.int64)
-    for c in caps.tolist():
-        cls.check_capacity(c)
+    if len(caps) and caps.min() < cls.min_capacity:
+        cls.check_capacity(int(caps.min()))  # the message names the smallest
     return caps
 
 

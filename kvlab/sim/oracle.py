@@ -68,8 +68,21 @@ def write_trace(ids, path) -> None:
     rec.tofile(path)
 
 
+def write_csv(ids, path) -> None:
+    """Write a block stream as a CSV trace (time, id, size), the text form libCacheSim also reads (its CSV reader
+    takes no next-access column, so Belady needs the binary trace)."""
+    ids = np.asarray(ids, np.int64)
+    np.savetxt(path, np.stack([np.arange(len(ids)), ids + 1, np.ones(len(ids), np.int64)], axis=1), fmt="%d",
+               delimiter=",")
+
+
 def reader(path):
+    """libCacheSim's reader for a trace written by `write_trace` (binary) or `write_csv` (name ending .csv)."""
     lcs = _lcs()
+    if str(path).endswith(".csv"):
+        p = lcs.ReaderInitParam(has_header=False, delimiter=",")
+        p.time_field, p.obj_id_field, p.obj_size_field = 1, 2, 3
+        return lcs.TraceReader(str(path), lcs.TraceType.CSV_TRACE, reader_init_params=p)
     return lcs.TraceReader(str(path), lcs.TraceType.ORACLE_GENERAL_TRACE)
 
 

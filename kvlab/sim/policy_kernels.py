@@ -535,12 +535,131 @@ def _run_arc(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
     return _run_body(ARC, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
 
 
+def _bits_levels(A):
+    """Word counts of a bitset over positions 0..A-1 and its summary levels (64 bits a word), top level last."""
+    sizes = []
+    m = max(A, 1)
+    while True:
+        m = (m + 63) // 64
+        sizes.append(m)
+        if m == 1:
+            break
+    return sizes
+
+
+def _bits_set(words, base, L, p):
+    """Set bit p in level 0 and its summary bits above (words[base[l] + i]: level l's words)."""
+    for lv in range(L):
+        w = p >> 6
+        old = words[base[lv] + w]
+        words[base[lv] + w] = old | (np.uint64(1) << np.uint64(p & 63))
+        if old != 0:
+            return
+        p = w
+
+
+def _bits_clear(words, base, L, p):
+    for lv in range(L):
+        w = p >> 6
+        v = words[base[lv] + w] & ~(np.uint64(1) << np.uint64(p & 63))
+        words[base[lv] + w] = v
+        if v != 0:
+            return
+        p = w
+
+
+def _top_bit(x):
+    """Index of the highest set bit of a non-zero uint64 (through exact 32-bit halves)."""
+    hi = x >> np.uint64(32)
+    if hi != 0:
+        return 32 + int(np.log2(np.float64(hi)))
+    return int(np.log2(np.float64(x & np.uint64(0xFFFFFFFF))))
+
+
+def _bits_max(words, base, L):
+    """Highest set position (the bitset must not be empty)."""
+    i = 0
+    for lv in range(L - 1, -1, -1):
+        i = i * 64 + _top_bit(words[base[lv] + i])
+    return i
+
+
+def _run_belady_body(bypass, cap, ids, nxt, off, inp, block_tokens, admit, n):
+    """Belady over the block stream with the residents' next uses in a bitset over positions instead of a heap:
+    a resident's next use is a position of the stream and `ids` at that position is the block itself, so the
+    block used furthest ahead is the highest set bit; residents never used again wait on a stack and leave first
+    (which of them leaves changes no hit). Same counts as _run_body's heap, several times faster."""
+    A = len(ids)
+    sizes = _bits_levels(A)
+    L = len(sizes)
+    base = np.zeros(L, np.int64)
+    for lv in range(1, L):
+        base[lv] = base[lv - 1] + sizes[lv - 1]
+    words = np.zeros(base[L - 1] + sizes[L - 1], np.uint64)
+    tag = np.zeros(n, np.int8)
+    never = np.empty(min(cap, n) + 1, np.int64)  # residents not used again
+    nn = 0
+    nb = 0  # residents in the bitset
+    cnt = np.zeros(n if admit > 1 else 0, np.int32)
+    found = 0
+    pblocks = 0
+    ptokens = 0
+    R = len(off) - 1
+    for r in range(R):
+        a0 = off[r]
+        a1 = off[r + 1]
+        intact = True
+        for a in range(a0, a1):
+            b = ids[a]
+            x = nxt[a]
+            if tag[b]:  # hit: its next use was here (bit a); now it is x
+                _bits_clear(words, base, L, a)
+                nb -= 1
+                if x == NEVER:
+                    never[nn] = b
+                    nn += 1
+                else:
+                    _bits_set(words, base, L, x)
+                    nb += 1
+                found += 1
+                if intact:
+                    pblocks += 1
+                    ptokens += block_tokens if a < a1 - 1 else inp[r] - (a1 - a0 - 1) * block_tokens
+                continue
+            intact = False
+            if admit > 1:
+                cnt[b] += 1
+                if cnt[b] < admit:
+                    continue
+            if nn + nb >= cap:
+                if nn > 0:
+                    if bypass and x == NEVER:
+                        continue
+                    nn -= 1
+                    tag[never[nn]] = 0
+                else:
+                    m = _bits_max(words, base, L)
+                    if bypass and x > m:
+                        continue
+                    _bits_clear(words, base, L, m)
+                    nb -= 1
+                    tag[ids[m]] = 0
+            tag[b] = 1
+            if x == NEVER:
+                never[nn] = b
+                nn += 1
+            else:
+                _bits_set(words, base, L, x)
+                nb += 1
+    return found, pblocks, ptokens
+
+
 def _run_belady(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
-    return _run_body(BELADY, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
+    return _run_belady_body(False, cap, ids, nxt, off, inp, block_tokens, admit, n)
 
 
 def _run_belady_bypass(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
-    return _run_body(BELADY_BYPASS, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
+    return _run_belady_body(True, cap, ids, nxt, off, inp, block_tokens, admit, n)
 
 
 RUNNERS = [_run_lru, _run_fifo, _run_lfu, _run_sieve, _run_s3fifo, _run_arc, _run_belady, _run_belady_bypass]
@@ -701,6 +820,9 @@ if ENABLED:
         return lambda pol, k, S, iv, fv, fut, n, b: insert(pol, k, S, iv, fv, fut, n, b)
 
     _run_body = _inl(_run_body)
+    for _f in (_bits_set, _bits_clear, _top_bit, _bits_max):
+        globals()[_f.__name__] = _inl(_f)
+    _bits_levels, _run_belady_body = _jit(_bits_levels), _inl(_run_belady_body)
     RUNNERS = [_jit(f) for f in RUNNERS]
     for _f in RUNNERS:
         globals()[_f.__name__] = _f
