@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..cache.store import KVStore
+from ..checks import need_int
 from .checks import AttentionShapeError, need_dims, same
 from .dense import causal_mask, dense_attention
-from .store import KVStore
 
 
 @dataclass
@@ -24,6 +25,14 @@ class MLAWeights:
     wkv_b: torch.Tensor  # [H, d_nope + d_v, r]: rows :d_nope give K (W_uk), the rest V (W_uv)
     d_nope: int  # per-head non-RoPE key dims
     d_rope: int  # decoupled RoPE key dims (shared by all heads)
+
+    def __post_init__(self):
+        need_dims("wkv_b", self.wkv_b, 3, "[H, d_nope + d_v, r]")
+        self.d_nope = need_int("d_nope", self.d_nope, 1)
+        self.d_rope = need_int("d_rope", self.d_rope, 0)
+        if 0 in self.wkv_b.shape or self.wkv_b.shape[1] <= self.d_nope:
+            raise AttentionShapeError(f"wkv_b {tuple(self.wkv_b.shape)} must hold d_nope = {self.d_nope} key rows "
+                                      "plus at least one value row per head, for at least one head and rank 1")
 
     @property
     def heads(self) -> int:
@@ -43,8 +52,10 @@ class MLAWeights:
 
     @classmethod
     def random(cls, heads: int, rank: int, d_nope: int, d_rope: int, d_v: int, seed: int = 0) -> "MLAWeights":
-        g = torch.Generator().manual_seed(seed)
-        return cls(torch.randn(heads, d_nope + d_v, rank, generator=g) / math.sqrt(rank), d_nope, d_rope)
+        heads, rank, d_v = (need_int(n, v, 1) for n, v in (("heads", heads), ("rank", rank), ("d_v", d_v)))
+        g = torch.Generator().manual_seed(need_int("seed", seed, 0))
+        wkv_b = torch.randn(heads, d_nope + d_v, rank, generator=g) / math.sqrt(rank)  # [H, dn + dv, r]
+        return cls(wkv_b, d_nope, d_rope)
 
 
 def _check(w: MLAWeights, q_nope, q_pe, c, k_pe):
@@ -79,13 +90,16 @@ def mla_absorbed(w: MLAWeights, q_nope, q_pe, c, k_pe, causal: bool = True) -> t
     if causal:
         scores = scores.masked_fill(~causal_mask(scores.shape[2], scores.shape[3]), float("-inf"))
     o_lat = torch.einsum("bhst,btr->bhsr", torch.softmax(scores, -1), c.float())  # [B, H, S, r]
-    return torch.einsum("bhsr,hdr->bhsd", o_lat, w.wkv_b[:, w.d_nope:].float())
+    return torch.einsum("bhsr,hdr->bhsd", o_lat, w.wkv_b[:, w.d_nope:].float())  # [B, H, S, dv]
 
 
 def mla_decode(w: MLAWeights, q_nope, q_pe, cache: KVStore) -> torch.Tensor:
-    """Decode over a latent cache store holding [c | k_pe] entries (any kvlab format): [B, H, S, d_v]."""
+    """Decode one sequence over a latent cache (a kvlab.cache store of [c | k_pe] entries, any kvlab format,
+    one copy per token): q_nope [1, H, S, d_nope], q_pe [1, H, S, d_rope] -> [1, H, S, d_v]."""
     cache.expect(width=w.rank + w.d_rope)
-    lat = cache.read()  # [B, T, r + dr]
+    need_dims("q_nope", q_nope, 4, "[B, H, S, d_nope]")
+    same("q_nope batch", q_nope.shape[0], "sequences in a latent cache store", 1)
+    lat = cache.read().transpose(0, 1)  # [T, 1, r + dr] -> [1, T, r + dr]
     if lat.shape[1] == 0:
         raise AttentionShapeError("the MLA latent cache is empty")
     return mla_absorbed(w, q_nope, q_pe, lat[..., :w.rank], lat[..., w.rank:])

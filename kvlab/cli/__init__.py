@@ -10,7 +10,7 @@ import sys
 from ..errors import KvlabError
 from .args import ArgError, Parser
 
-COMMANDS = ["core", "run", "measure", "serving", "sim", "analyze", "traces"]  # modules of this package, in help order
+COMMANDS = ["core", "run", "sweep", "measure", "serving", "sim", "analyze", "traces"]  # modules of this package, in help order
 
 
 def build_parser() -> Parser:
@@ -33,6 +33,9 @@ def main(argv=None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:  # Ctrl-C outside a batch run (which reports its own partial folder)
+        print("kvlab: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
