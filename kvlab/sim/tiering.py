@@ -501,11 +501,22 @@ def simulate(trace: Trace, tiers: Tiers, policy="lru", progress: bool = False, a
     mix: the compiled tier kernel, or the sequential reference without numba."""
     pols, adms = tier_policies(policy), tier_admissions(admission)
     lru = set(pols) == {"lru"} and set(adms) == {"all"}
+    if not pk.ENABLED and not lru:
+        return simulate_sequential(trace, tiers, pols, progress, adms)
+    bar = None
+    if progress:  # a compiled run is one call: the bar completes when it returns
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(trace), desc="simulate", unit="req")
     if lru and (not math.isfinite(tiers.ttl_s) or tiers.capacity_blocks[2] == 0):
-        return simulate_lru_fast(trace, tiers)
-    if pk.ENABLED:
-        return simulate_compiled(trace, tiers, pols, adms)
-    return simulate_sequential(trace, tiers, pols, progress, adms)
+        res = simulate_lru_fast(trace, tiers)
+    elif pk.ENABLED:
+        res = simulate_compiled(trace, tiers, pols, adms)
+    else:
+        res = simulate_sequential(trace, tiers, pols, False, adms)
+    if bar is not None:
+        bar.update(len(trace))
+        bar.close()
+    return res
 
 
 # --- curves and validation ---------------------------------------------------------------------------
