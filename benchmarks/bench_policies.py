@@ -20,27 +20,12 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections import OrderedDict
-
 import numpy as np
+
+from .bench_tiering import baseline_lru as ordered_dict_lru  # the OrderedDict LRU, hits only
 
 REPEATS = int(os.environ.get("KVLAB_BENCH_REPEATS", "3"))
 TARGET_ACCESSES = 1_000_000
-
-
-def ordered_dict_lru(ids: list, capacity: int) -> int:
-    """Hits of an LRU cache of `capacity` blocks (the plain-Python peer)."""
-    od: OrderedDict = OrderedDict()
-    hits = 0
-    for x in ids:
-        if x in od:
-            od.move_to_end(x)
-            hits += 1
-        else:
-            od[x] = None
-            if len(od) > capacity:
-                od.popitem(last=False)
-    return hits
 
 
 def _times(fn, repeats: int = REPEATS) -> tuple[list, object]:

@@ -312,24 +312,24 @@ def _simulate_lru_numpy(trace: Trace, tiers: Tiers, index: LruIndex | None = Non
 
 
 # --- any policy per tier: the block-by-block reference and its compiled twin ---------------------------
+def _per_tier(name: str, value, check) -> tuple[str, str, str]:
+    """One value for every tier, or a sequence of three (hbm, dram, ssd), each passed through `check`."""
+    vals = (value,) * 3 if isinstance(value, str) else tuple(value) if isinstance(value, (list, tuple)) else ()
+    if len(vals) != 3:
+        raise ParameterError(f"{name} must be one name or one per tier (hbm, dram, ssd), got {value!r}")
+    for v in vals:
+        check(v)
+    return vals
+
+
 def tier_policies(policy) -> tuple[str, str, str]:
     """Policy names for HBM, DRAM and SSD from one name (every tier) or a sequence of three."""
-    names = (policy,) * 3 if isinstance(policy, str) else tuple(policy)
-    if len(names) != 3:
-        raise ParameterError(f"policy must be a name or one per tier (hbm, dram, ssd), got {policy!r}")
-    for p in names:
-        get_policy(p)
-    return names
+    return _per_tier("policy", policy, get_policy)
 
 
 def tier_admissions(admission) -> tuple[str, str, str]:
     """Admission rules ("all" or "second") for HBM, DRAM and SSD from one rule or a sequence of three."""
-    rules = (admission,) * 3 if isinstance(admission, str) else tuple(admission)
-    if len(rules) != 3:
-        raise ParameterError(f"admission must be one rule or one per tier (hbm, dram, ssd), got {admission!r}")
-    for a in rules:
-        admit_after(a)
-    return rules
+    return _per_tier("admission", admission, admit_after)
 
 
 def _label(names) -> str:
