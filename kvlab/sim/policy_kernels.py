@@ -569,11 +569,14 @@ def _bits_clear(words, base, L, p):
 
 
 def _top_bit(x):
-    """Index of the highest set bit of a non-zero uint64 (through exact 32-bit halves)."""
-    hi = x >> np.uint64(32)
-    if hi != 0:
-        return 32 + int(np.log2(np.float64(hi)))
-    return int(np.log2(np.float64(x & np.uint64(0xFFFFFFFF))))
+    """Index of the highest set bit of a non-zero uint64 (a binary search over its halves)."""
+    r = 0
+    for s in (32, 16, 8, 4, 2, 1):
+        y = x >> np.uint64(s)
+        if y != 0:
+            x = y
+            r += s
+    return r
 
 
 def _bits_max(words, base, L):
@@ -782,10 +785,10 @@ if ENABLED:
     # small functions compile once and are called (LLVM inlines the smallest); inlining them into every caller
     # with numba's inline="always" made the runners no faster and took minutes to compile
     for _f in (_push, _unlink, _above, _heap_swap, _heap_fix, _heap_delete, _arc_replace, _arc_evict, _s3_evict,
-               _lru_lookup, _fifo_lookup, _sieve_lookup, _list_insert, _lfu_lookup, _lfu_insert, _lfu_after_remove,
-               _bel_lookup, _bel_insert):
+               _lru_lookup, _fifo_lookup, _sieve_lookup, _list_insert, _lfu_after_remove, _bel_lookup, _bel_insert):
         globals()[_f.__name__] = _jit(_f)
-    for _f in (_s3_lookup, _s3_insert, _arc_lookup, _arc_insert, init_tier, _state):  # these pay for inlining
+    for _f in (_lfu_lookup, _lfu_insert, _s3_lookup, _s3_insert, _arc_lookup, _arc_insert, init_tier,
+               _state):  # these pay for inlining
         globals()[_f.__name__] = _inl(_f)
     # the tier kernel dispatches on policies known only at run time: one compiled dispatch each
     lookup_any, insert_any, remove_any = _jit(lookup), _jit(insert), _jit(remove)
