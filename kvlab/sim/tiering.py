@@ -503,19 +503,24 @@ def simulate(trace: Trace, tiers: Tiers, policy="lru", progress: bool = False, a
     lru = set(pols) == {"lru"} and set(adms) == {"all"}
     if not pk.ENABLED and not lru:
         return simulate_sequential(trace, tiers, pols, progress, adms)
+    _check_trace(trace)
+    _tier_caches(tiers, pols, {})  # bad input is refused before a progress bar appears
     bar = None
     if progress:  # a compiled run is one call: the bar completes when it returns
         from tqdm.auto import tqdm
         bar = tqdm(total=len(trace), desc="simulate", unit="req")
-    if lru and (not math.isfinite(tiers.ttl_s) or tiers.capacity_blocks[2] == 0):
-        res = simulate_lru_fast(trace, tiers)
-    elif pk.ENABLED:
-        res = simulate_compiled(trace, tiers, pols, adms)
-    else:
-        res = simulate_sequential(trace, tiers, pols, False, adms)
-    if bar is not None:
-        bar.update(len(trace))
-        bar.close()
+    try:
+        if lru and (not math.isfinite(tiers.ttl_s) or tiers.capacity_blocks[2] == 0):
+            res = simulate_lru_fast(trace, tiers)
+        elif pk.ENABLED:
+            res = simulate_compiled(trace, tiers, pols, adms)
+        else:
+            res = simulate_sequential(trace, tiers, pols, False, adms)
+        if bar is not None:
+            bar.update(len(trace))
+    finally:
+        if bar is not None:
+            bar.close()
     return res
 
 
