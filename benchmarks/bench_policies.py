@@ -5,10 +5,14 @@ Two block streams, side by side in one process:
   a synthetic million-request stream made here: kvlab's seeded agent workload grown to about 1,000,000 block
   requests (libCacheSim's unit: one request per block access)
 Per policy, at one capacity (4.5% of the unique blocks, as in the issue's 8,210-block figure):
-  kvlab         kvlab.sim.curves.cache_hits, the compiled runner (JIT warm-up excluded; best of a few repeats)
+  kvlab         kvlab.sim.curves.cache_hits from the Trace, end to end: dense ids, each block's next use (Belady),
+                the compiled runner (JIT warm-up excluded)
+  kernel        the compiled runner alone, on the prepared arrays (libCacheSim's trace files below carry the next
+                uses Belady needs, computed when they were written, untimed)
   lcs binary    libCacheSim's `process_trace` over its binary oracleGeneral trace (its C loop end to end)
   lcs csv       the same over a CSV trace, as the issue measured (online policies: its CSV reader has no next-access
                 column, which Belady needs)
+  lcs get       libCacheSim driven request by request from Python (`cache.get`), once
   OrderedDict   an LRU written here (hits only)
 Every row asserts the same hits from kvlab and libCacheSim. Then the full curve on the million-request stream: LRU
 by stack distances (every capacity) and every other policy at 100 capacities, in numba's threads. The machine is
@@ -39,7 +43,7 @@ def _times(fn, repeats: int = REPEATS) -> tuple[list, object]:
 
 def _rng(ts) -> str:
     lo, hi = min(ts) * 1e3, max(ts) * 1e3
-    return f"{lo:8.1f}-{hi:<8.1f}ms"
+    return f"{lo:.1f}-{hi:.1f} ms"
 
 
 def million_request_trace():
@@ -61,13 +65,24 @@ def compare(tr, label: str, tmp: str) -> list[dict]:
     oracle.write_csv(ids, csvp)
     distinct = tr.n_blocks
     print(f"\n{label}: {len(tr):,} requests, {A:,} block accesses, {distinct:,} unique blocks; capacity {cap:,} blocks")
-    print(f"  {'policy':<14}{'hits':>9}  {'kvlab compiled':>22}  {'lcs binary':>22}  {'lcs csv':>22}  "
-          f"{'x binary':>9}{'x csv':>8}")
+    print(f"  {'policy':<14}{'hits':>9}  {'kvlab (end to end)':>22}  {'kernel':>20}  {'lcs binary':>22}  "
+          f"{'lcs csv':>22}  {'lcs get':>9}  {'x binary':>9}{'x csv':>7}{'x get':>7}")
     rows = []
+    from kvlab.sim import policy_kernels as pk
+    from kvlab.sim.policies import get_policy
     for p in oracle.CLASSES:
         cache_hits(tr, p, [cap], engine="compiled")  # warm-up: compile or load the runner
         tk, h = _times(lambda: cache_hits(tr, p, [cap], engine="compiled"))
         ours = int(h.found[0])
+        cls = get_policy(p)
+        dense, n, nxt, mf = pk.stream_arrays(ids, cls.offline)
+        prm = np.zeros(3)
+        prm[:len(cls.params())] = cls.params()
+        tn, hn = _times(lambda: pk._run_one(cls.kernel, cap, prm, dense, nxt, tr.block_offsets, tr.input_tokens,
+                                            tr.block_tokens, 1, n, mf))
+        assert hn[0] == ours
+        tg, hg = _times(lambda: int(oracle.hits_get(p, cap, ids).sum()), repeats=1)
+        assert hg == ours, f"{p}: kvlab {ours} hits, libCacheSim get loop {hg}"
         tb, hb = _times(lambda: oracle.hits_trace(p, cap, binp, A, distinct=distinct))
         assert ours == hb, f"{p}: kvlab {ours} hits, libCacheSim {hb}"
         tc = None
@@ -75,10 +90,11 @@ def compare(tr, label: str, tmp: str) -> list[dict]:
             tc, hc = _times(lambda: oracle.hits_trace(p, cap, csvp, A, distinct=distinct))
             assert ours == hc, f"{p}: kvlab {ours} hits, libCacheSim (csv) {hc}"
         xb = min(tb) / min(tk)
-        xc = min(tc) / min(tk) if tc else float("nan")
-        print(f"  {p:<14}{ours:>9,}  {_rng(tk):>22}  {_rng(tb):>22}  {_rng(tc) if tc else '-':>22}  "
-              f"{xb:>8.1f}x{xc:>7.1f}x")
-        rows.append(dict(trace=label, policy=p, hits=ours, kvlab_s=tk, lcs_binary_s=tb, lcs_csv_s=tc))
+        xc = f"{min(tc) / min(tk):6.1f}x" if tc else "      -"
+        print(f"  {p:<14}{ours:>9,}  {_rng(tk):>22}  {_rng(tn):>20}  {_rng(tb):>22}  {_rng(tc) if tc else '-':>22}  "
+              f"{tg[0]:>8.2f}s  {xb:>8.1f}x{xc}{tg[0] / min(tk):>6.0f}x")
+        rows.append(dict(trace=label, policy=p, hits=ours, kvlab_s=tk, kernel_s=tn, lcs_binary_s=tb, lcs_csv_s=tc,
+                         lcs_get_s=tg))
     lst = ids.tolist()
     to, ho = _times(lambda: ordered_dict_lru(lst, cap), repeats=max(1, REPEATS - 1))
     assert ho == rows[0]["hits"], "the OrderedDict LRU disagrees"

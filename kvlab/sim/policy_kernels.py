@@ -784,11 +784,10 @@ if ENABLED:
     _inl = njit(cache=True, nogil=True, inline="always")
     # small functions compile once and are called (LLVM inlines the smallest); inlining them into every caller
     # with numba's inline="always" made the runners no faster and took minutes to compile
-    for _f in (_push, _unlink, _above, _heap_swap, _heap_fix, _heap_delete, _arc_replace, _arc_evict, _s3_evict,
-               _lru_lookup, _fifo_lookup, _sieve_lookup, _list_insert, _lfu_after_remove, _bel_lookup, _bel_insert):
+    for _f in (_push, _unlink, _above, _heap_swap, _heap_fix, _heap_delete, _lru_lookup, _fifo_lookup, _sieve_lookup, _list_insert, _lfu_after_remove, _bel_lookup, _bel_insert):
         globals()[_f.__name__] = _jit(_f)
-    for _f in (_lfu_lookup, _lfu_insert, _s3_lookup, _s3_insert, _arc_lookup, _arc_insert, init_tier,
-               _state):  # these pay for inlining
+    for _f in (_arc_replace, _arc_evict, _s3_evict, _lfu_lookup, _lfu_insert, _s3_lookup, _s3_insert, _arc_lookup,
+               _arc_insert, init_tier, _state):  # these pay for inlining
         globals()[_f.__name__] = _inl(_f)
     # the tier kernel dispatches on policies known only at run time: one compiled dispatch each
     lookup_any, insert_any, remove_any = _jit(lookup), _jit(insert), _jit(remove)
