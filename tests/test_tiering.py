@@ -9,8 +9,10 @@ from kvlab.cli import main
 from kvlab.sim import kernels as lru_kernels
 from kvlab.errors import ParameterError
 from kvlab.sim.stackdist import _stack_distances_numpy, stack_distances
+from kvlab.sim import policy_kernels
+from kvlab.sim.policies import policy_names
 from kvlab.sim.tiering import (Tiers, _simulate_lru_jit, _simulate_lru_numpy, make_tiers, prefix_hit_curve, reuse_ratio,
-                           simulate, simulate_lru_fast, simulate_sequential)
+                               simulate, simulate_compiled, simulate_lru_fast, simulate_sequential)
 from kvlab.sim.traces import Trace, _dense, have_trace, load_trace, synthetic_agent_trace
 
 BB = 100  # bytes per block in the hand-made tiers
@@ -99,6 +101,42 @@ def test_lfu_keeps_the_popular_block():
     assert simulate_sequential(tr, tiers(2), "lfu").hit_blocks[0] == 3
 
 
+def test_per_tier_policies_by_hand():
+    # HBM 2, DRAM 1; A B A C B. LRU in HBM: C evicts B (least recent) to DRAM, B then hits there (promoted; A, now
+    # least recent, demoted). FIFO in HBM: C evicts A (stored first), B hits in HBM.
+    tr = mk([(0, [1]), (1, [2]), (2, [1]), (3, [3]), (4, [2])])
+    assert simulate_sequential(tr, tiers(2, 1), ("lru", "lru", "lru")).hit_blocks.tolist() == [1, 1, 0]
+    r = simulate_sequential(tr, tiers(2, 1), ("fifo", "lru", "lru"))
+    assert r.hit_blocks.tolist() == [2, 0, 0] and r.policy == "fifo/lru/lru"
+
+
+def test_lower_tier_lru_fifo_lfu_sieve_coincide():
+    # a hit in an exclusive lower tier promotes the block out of it, so no block is ever hit while in DRAM: LRU,
+    # FIFO, LFU and SIEVE all evict there in the order blocks arrived
+    tr = random_trace(3, requests=200, pool=40)
+    t = Tiers(16, 1000, (3, 7, 0), (1e12, 1e9, 1e8), math.inf, 1e4)
+    runs = [simulate_sequential(tr, t, ("arc", p, "lru")).summary() for p in ("lru", "fifo", "lfu", "sieve")]
+    for r in runs:
+        r.pop("policy")
+    assert all(r == runs[0] for r in runs)
+
+
+def test_admission_second_in_dram():
+    # HBM 1, DRAM 2, DRAM stores a block only from its second access: A B C A D B C. Victims seen once (A at t1,
+    # B at t2, C at t3, D at t5) are dropped; A (t4) and B (t6), seen twice, are stored. No hits.
+    tr = mk([(0, [1]), (1, [2]), (2, [3]), (3, [1]), (4, [4]), (5, [2]), (6, [3])])
+    r = simulate_sequential(tr, tiers(1, 2), "lru", admission=("all", "second", "all"))
+    assert r.hit_blocks.tolist() == [0, 0, 0] and r.declined_blocks == 4 and r.admission == "all/second/all"
+    assert r.moved_bytes["hbm->dram"] == 2 * BB
+
+
+def test_admission_second_in_hbm():
+    # HBM 2, second access only: A (seen once: not stored), A (stored), A (hit)
+    tr = mk([(0, [1]), (1, [1]), (2, [1]), (3, [2])])
+    r = simulate_sequential(tr, tiers(2), "lru", admission="second")
+    assert r.hit_blocks.tolist() == [1, 0, 0] and r.declined_blocks == 2
+
+
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("caps, ttl", [((3, 0, 0), math.inf), ((2, 3, 4), math.inf), ((1, 2, 0), 20.0),
                                        ((5, 0, 7), math.inf)])
@@ -127,7 +165,7 @@ def test_make_tiers_from_model_bytes():
     assert t.block_bytes == 147_456 * 512
     assert t.capacity_blocks == (1_000_000_000 // t.block_bytes, 2_000_000_000 // t.block_bytes, 0)
     assert t.read_bytes_per_s[1] == 64e9 and t.read_bytes_per_s[2] == 7e9
-    with pytest.raises(ParameterError, match="at least one block"):
+    with pytest.raises(ParameterError, match="holds no block"):
         make_tiers("qwen3-8b", 0.01)
     with pytest.raises(ParameterError, match="dram_gb"):
         make_tiers("qwen3-8b", 1, -1)
@@ -136,8 +174,14 @@ def test_make_tiers_from_model_bytes():
 def test_simulate_dispatch_and_policy_errors():
     tr = mk([(0, [1]), (1, [1])])
     assert simulate(tr, tiers(1), "lfu").policy == "lfu"
-    with pytest.raises(ParameterError, match="unknown policy"):
+    with pytest.raises(ParameterError, match="policy must be one of lru, fifo"):
         simulate_sequential(tr, tiers(1), "mru")
+    with pytest.raises(ParameterError, match="one per tier"):
+        simulate(tr, tiers(1), ("lru", "lru"))
+    with pytest.raises(ParameterError, match="admission must be one of all, second"):
+        simulate(tr, tiers(1), "lru", admission="third")
+    with pytest.raises(ParameterError, match="dram tier: S3-FIFO needs a capacity of at least 20"):
+        simulate(tr, tiers(1, 5), ("lru", "s3fifo", "lru"))
     with pytest.raises(ParameterError, match="without an SSD"):
         simulate_lru_fast(tr, tiers(1, 1, 1, ttl=5.0))
 
@@ -158,7 +202,12 @@ def test_cli_simulate_json(capsys):
     out = json.loads(capsys.readouterr().out)
     assert 0 < out["token_hit_rate"] <= 1 and out["capacity_blocks"]["hbm"] == int(0.05e9 // (890 * 512))
     assert main(["simulate", "--model", "qwen3-8b", "--hbm-gb", "-1"]) == 2
-    assert main(["simulate", "--model", "qwen3-8b", "--hbm-gb", "1", "--policy", "fifo"]) == 2
+    assert main(["simulate", "--model", "qwen3-8b", "--hbm-gb", "1", "--policy", "mru"]) == 2
+    argv = ["simulate", "--trace", "synthetic", "--model", "deepseek-v4.1-flash", "--hbm-gb", "0.05", "--dram-gb",
+            "0.5", "--policy", "sieve", "--dram-policy", "lru", "--dram-admission", "second", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["policy"] == "sieve/lru/sieve" and out["admission"] == "all/second/all" and out["declined_blocks"] > 0
 
 
 def test_v41_ttl_claim_is_checked():
@@ -226,3 +275,46 @@ def test_compiled_equals_numpy_on_synthetic(caps):
     t = Tiers(256, 1000, caps, (1e12, 1e9, 1e8), math.inf, 1e4)
     a, b = _simulate_lru_jit(tr, t), _simulate_lru_numpy(tr, t)
     assert a.summary() == b.summary() and np.array_equal(a.ttft_s, b.ttft_s)
+
+
+MIXES = [("lru", "all"), ("fifo", "all"), ("lfu", "all"), ("sieve", "all"), ("s3fifo", "all"), ("arc", "all"),
+         ("belady", "all"), ("belady-bypass", "all"), (("sieve", "lru", "fifo"), "all"), (("arc", "lfu", "lru"), "all"),
+         ("lru", "second"), (("lru", "s3fifo", "arc"), ("all", "second", "all")), (("belady", "lru", "lru"), "second")]
+
+
+@pytest.mark.skipif(not policy_kernels.ENABLED, reason="numba not available")
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("caps, ttl", [((20, 0, 0), math.inf), ((20, 24, 30), math.inf), ((21, 40, 0), 6.0),
+                                       ((20, 25, 22), 4.0), ((60, 0, 0), math.inf)])
+@pytest.mark.parametrize("policy, admission", MIXES)
+def test_compiled_tiers_equal_reference(seed, caps, ttl, policy, admission):
+    tr = random_trace(seed, requests=150, pool=120)
+    t = Tiers(16, 1000, caps, (1e12, 1e9, 1e8), ttl, 1e4)
+    a, b = simulate_compiled(tr, t, policy, admission), simulate_sequential(tr, t, policy, admission=admission)
+    assert a.summary() == b.summary()
+    assert np.array_equal(a.ttft_s, b.ttft_s) and np.array_equal(a.request_hit_tokens, b.request_hit_tokens)
+
+
+@pytest.mark.skipif(not policy_kernels.ENABLED, reason="numba not available")
+@pytest.mark.parametrize("caps, ttl", ENGINE_CASES)
+def test_compiled_tiers_lru_equal_lru_paths(caps, ttl):
+    # the generic kernel with LRU everywhere against the LRU-only kernel (eager vs lazy TTL: capacity drops differ)
+    tr = random_trace(5)
+    t = Tiers(16, 1000, caps, (1e12, 1e9, 1e8), ttl, 1e4)
+    a, b = simulate_compiled(tr, t, "lru").summary(), simulate_sequential(tr, t).summary()
+    if math.isfinite(ttl) and caps[1]:
+        a.pop("evicted_blocks"), b.pop("evicted_blocks")
+    assert a == b
+    if not (math.isfinite(ttl) and caps[2]):
+        c = simulate_lru_fast(tr, t).summary()
+        if math.isfinite(ttl) and caps[1]:
+            c.pop("evicted_blocks")
+        assert c == a
+
+
+def test_every_policy_runs_in_every_tier_on_synthetic():
+    tr = synthetic_agent_trace(seed=2, sessions=10, block_tokens=256)
+    t = Tiers(256, 1000, (20, 30, 40), (1e12, 1e9, 1e8), 30.0, 1e4)
+    for p in policy_names():
+        r = simulate(tr, t, (p, p, p))
+        assert 0 < r.token_hit_rate < 1 and r.policy == p

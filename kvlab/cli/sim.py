@@ -14,13 +14,15 @@ def cmd_simulate(args) -> int:
     tiers = make_tiers(args.model, args.hbm_gb, args.dram_gb, args.ssd_gb, gpu=args.gpu,
                        block_tokens=tr.block_tokens, ttl_s=args.ttl_s if args.ttl_s is not None else math.inf,
                        prefill_tokens_per_s=args.prefill_tps, kv_format=args.kv_format)
-    r = simulate(tr, tiers, args.policy, progress=not args.json and not args.no_progress)
+    policy = (args.policy, args.dram_policy or args.policy, args.ssd_policy or args.policy)
+    admission = (args.admission, args.dram_admission or args.admission, args.ssd_admission or args.admission)
+    r = simulate(tr, tiers, policy, progress=not args.json and not args.no_progress, admission=admission)
     out = {"trace": tr.name, "model": args.model, **r.summary()}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
     print(f"{tr.name}: {r.requests:,} requests, {r.accesses:,} block accesses; {args.model}: "
-          f"{tiers.block_bytes:,} B per {tiers.block_tokens}-token block")
+          f"{tiers.block_bytes:,} B per {tiers.block_tokens}-token block; policy {r.policy}, admission {r.admission}")
     print("  capacity (blocks): " + ", ".join(f"{k} {v:,}" for k, v in out["capacity_blocks"].items()))
     print(f"  hit rate: {r.token_hit_rate:.1%} of tokens, {r.block_hit_rate:.1%} of blocks "
           f"(hbm {out['hbm_token_hit_rate']:.1%}, dram {out['dram_token_hit_rate']:.1%}, "
@@ -32,14 +34,23 @@ def cmd_simulate(args) -> int:
 
 
 def register(sub) -> None:
+    from ..sim.curves import ADMISSIONS
+    from ..sim.policies import policy_names
     m = sub.add_parser("simulate", help="HBM / DRAM / SSD KV tiering on a request trace")
     m.add_argument("--trace", default="synthetic",
-                   help="'synthetic', a path, or conversation / mooncake_synthetic (from ../shared/traces)")
+                   help="'synthetic', a path, or a public trace by name (kvlab traces list; e.g. mooncake-conversation)")
     m.add_argument("--model", required=True)
     m.add_argument("--hbm-gb", type=_number("--hbm-gb"), required=True, help="KV budget in HBM, GB")
     m.add_argument("--dram-gb", type=_number("--dram-gb"), default=0.0)
     m.add_argument("--ssd-gb", type=_number("--ssd-gb"), default=0.0)
-    m.add_argument("--policy", default="lru", choices=["lru", "lfu"])
+    names = policy_names()
+    m.add_argument("--policy", default="lru", choices=names, help="eviction policy of every tier (default lru)")
+    m.add_argument("--dram-policy", default=None, choices=names, help="DRAM's policy (default: --policy)")
+    m.add_argument("--ssd-policy", default=None, choices=names, help="SSD's policy (default: --policy)")
+    m.add_argument("--admission", default="all", choices=list(ADMISSIONS),
+                   help="store every block (all) or only from its second access (second), in every tier")
+    m.add_argument("--dram-admission", default=None, choices=list(ADMISSIONS), help="DRAM's (default: --admission)")
+    m.add_argument("--ssd-admission", default=None, choices=list(ADMISSIONS), help="SSD's (default: --admission)")
     m.add_argument("--ttl-s", type=_number("--ttl-s"), default=None, help="host DRAM TTL in seconds (default none)")
     m.add_argument("--gpu", default="H100", help="bandwidths for the TTFT estimate")
     m.add_argument("--prefill-tps", type=_number("--prefill-tps"), default=10_000.0,

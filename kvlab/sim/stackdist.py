@@ -92,3 +92,15 @@ def hit_curve(distances: np.ndarray, capacities=None) -> tuple[np.ndarray, np.nd
     caps = np.asarray(capacities, np.int64)
     hits = np.where(caps <= 0, 0, cum[np.clip(caps, 1, len(cum)) - 1])
     return caps, hits
+
+
+def next_access(ids: np.ndarray, never: int = np.iinfo(np.int64).max) -> np.ndarray:
+    """nxt[i]: index of the next access to ids[i], or `never`.  ids: [N] integers.  (Belady's key.)"""
+    ids = np.asarray(ids)
+    n = len(ids)
+    order = np.argsort(ids, kind="stable")
+    s = ids[order]
+    same = s[1:] == s[:-1]
+    nxt = np.full(n, never, np.int64)
+    nxt[order[:-1][same]] = order[1:][same]
+    return nxt

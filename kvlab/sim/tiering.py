@@ -1,42 +1,49 @@
-"""A KV tiering simulator: HBM, host DRAM and SSD holding prefix-chained blocks.
+"""A KV tiering simulator: HBM, host DRAM and SSD holding prefix-chained blocks, each tier under its own policy.
 
 Each request reads its blocks in order; only the leading run of cached blocks is a prefix hit
 (a block found after the first miss is recomputed anyway, as engines match prefixes). Hit blocks
 in a lower tier are promoted to HBM; HBM's victims are demoted to DRAM, DRAM's to SSD, SSD's are
-dropped. Host DRAM state expires `ttl_s` seconds after its last use (to SSD when there is one).
-Capacities are bytes turned into blocks with the model's own bytes per token (kvlab.engines).
-Per tier and overall: hits by blocks and tokens, recomputed tokens, bytes moved, and a TTFT per
-request = recomputed tokens / prefill throughput + hit blocks' transfer from their tier.
+dropped. Each tier has an eviction policy (kvlab.sim.policies: LRU, FIFO, LFU, SIEVE, S3-FIFO, ARC,
+Belady) and an admission rule (store every block, or only from its second access). Host DRAM state
+expires `ttl_s` seconds after its last use (to SSD when there is one). Capacities are bytes turned
+into blocks with the model's own bytes per token (kvlab.engines). Per tier and overall: hits by blocks
+and tokens, recomputed tokens, bytes moved, and a TTFT per request = recomputed tokens / prefill
+throughput + hit blocks' transfer from their tier.
 
-Two engines give the same answers where both apply (tests hold them equal):
-  `simulate_lru_fast`  LRU only: exclusive LRU tiers with demote-on-evict and promote-on-hit behave as one
-                       LRU stack cut into regions (HBM = the top C1 positions, DRAM the next C2, SSD the
-                       next C3). With numba, a compiled block-by-block pass over that stack as a linked list
-                       (kvlab.sim.kernels); without it, stack distances (kvlab.sim.stackdist) give every
-                       access's tier at once (numpy). TTL is supported when there is no SSD tier.
-  `simulate_sequential` any policy (lru, lfu), TTL with SSD: one block at a time, dictionaries and heaps.
+Engines that give the same answers where both apply (tests hold them equal):
+  `simulate_lru_fast`   LRU everywhere: exclusive LRU tiers with demote-on-evict and promote-on-hit behave as one
+                        LRU stack cut into regions (HBM = the top C1 positions, DRAM the next C2, SSD the
+                        next C3). With numba, a compiled block-by-block pass over that stack as a linked list
+                        (kvlab.sim.kernels); without it, stack distances (kvlab.sim.stackdist) give every
+                        access's tier at once (numpy). TTL is supported when there is no SSD tier.
+  `simulate_compiled`   any policies and admissions, TTL with SSD: the compiled tier kernel (kvlab.sim.policy_kernels)
+  `simulate_sequential` the same, block by block through the policies' reference classes
 """
 from __future__ import annotations
 
 import heapq
 import math
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import kernels
+from . import policy_kernels as pk
+from ..checks import need_int, need_number
 from ..engines import allocate
 from ..errors import ParameterError
 from ..models import catalog_names
 from ..nb.params import NotebookParams
 from ..serving.hardware import get_gpu, gpu_names
-from .stackdist import previous_access, stack_distances
+from .curves import admit_after
+from .policies import get_policy, policy_names
+from .stackdist import next_access, previous_access, stack_distances
 from .traces import Trace, have_trace
 
 TIERS = ("hbm", "dram", "ssd")
-POLICIES = ("lru", "lfu")
+POLICIES = tuple(policy_names())  # the registered eviction policies (kvlab.sim.policies)
 DEFAULT_PREFILL_TOKENS_PER_S = 10_000.0  # assumption: one GPU's prefill rate for the TTFT estimate; set per model
+MAX_GB = 1e9  # largest tier budget accepted, GB (an exabyte): block counts stay exact integers
 
 
 @dataclass(frozen=True)
@@ -51,14 +58,18 @@ class Tiers:
     prefill_tokens_per_s: float = DEFAULT_PREFILL_TOKENS_PER_S  # prefill rate for recomputed tokens
 
     def __post_init__(self):
+        need_int("block_tokens", self.block_tokens, 1)
+        need_int("block_bytes", self.block_bytes, 1)
+        if len(self.capacity_blocks) != 3 or len(self.read_bytes_per_s) != 3:
+            raise ParameterError("capacity_blocks and read_bytes_per_s need one value per tier (hbm, dram, ssd)")
+        for t, c in zip(TIERS, self.capacity_blocks):
+            need_int(f"{t} capacity (blocks)", c, 0, 2**62)
         if self.capacity_blocks[0] < 1:
             raise ParameterError("the HBM tier must hold at least one block")
-        if any(c < 0 for c in self.capacity_blocks):
-            raise ParameterError("tier capacities must be non-negative")
-        if not self.ttl_s > 0:
-            raise ParameterError(f"ttl_s must be positive (math.inf for none), got {self.ttl_s!r}")
-        if not self.prefill_tokens_per_s > 0:
-            raise ParameterError("prefill_tokens_per_s must be positive")
+        for t, bw in zip(TIERS, self.read_bytes_per_s):
+            need_number(f"{t} read bandwidth (B/s)", bw, 0.0, lo_open=True)
+        need_number("ttl_s", self.ttl_s, 0.0, lo_open=True, finite=False)
+        need_number("prefill_tokens_per_s", self.prefill_tokens_per_s, 0.0, lo_open=True)
 
     def transfer_s(self) -> np.ndarray:
         """[3] seconds to bring one block into HBM from each tier (HBM: 0)."""
@@ -78,11 +89,16 @@ def make_tiers(model, hbm_gb: float, dram_gb: float = 0.0, ssd_gb: float = 0.0, 
     """Tiers from KV budgets in GB (1e9 B) and a GPU's host-link and SSD bandwidths (an SSD block is read
     through the host, so at the slower of the two)."""
     for k, v in (("hbm_gb", hbm_gb), ("dram_gb", dram_gb), ("ssd_gb", ssd_gb)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or not math.isfinite(v):
-            raise ParameterError(f"{k} must be a non-negative number of GB, got {v!r}")
+        need_number(k, v, 0.0, MAX_GB)
+    need_int("block_tokens", block_tokens, 1)
+    need_number("ttl_s", ttl_s, 0.0, lo_open=True, finite=False)
+    need_number("prefill_tokens_per_s", prefill_tokens_per_s, 0.0, lo_open=True)
     g = get_gpu(gpu)
     bb = block_bytes(model, block_tokens, scheme, kv_format)
     caps = tuple(int(gb * 1e9 // bb) for gb in (hbm_gb, dram_gb, ssd_gb))
+    if caps[0] < 1:
+        raise ParameterError(f"hbm_gb {hbm_gb:g} holds no block: one block is {bb:,} B ({block_tokens} tokens of "
+                             f"{model}); the HBM tier must hold at least one")
     bws = (g.hbm_bytes_per_s, g.host_link_bytes_per_s, min(g.ssd_bytes_per_s, g.host_link_bytes_per_s))
     return Tiers(block_tokens, bb, caps, bws, ttl_s, prefill_tokens_per_s)
 
@@ -103,6 +119,8 @@ class SimResult:
     moved_bytes: dict = field(default_factory=dict)  # "src->dst" -> bytes moved between tiers
     evicted_blocks: int | None = None  # blocks dropped from the last tier for capacity (None: not tracked)
     stale_blocks: int = 0  # cached blocks past a request's first miss (recomputed, old copy dropped)
+    admission: str = "all"  # admission rule(s): "all", "second", or one per tier joined by "/"
+    declined_blocks: int = 0  # blocks a tier refused to store (admission, or the policy declining them)
 
     @property
     def recomputed_tokens(self) -> int:
@@ -123,7 +141,7 @@ class SimResult:
                  token_hit_rate=self.token_hit_rate, block_hit_rate=self.block_hit_rate,
                  recomputed_tokens=self.recomputed_tokens, input_tokens=self.input_tokens,
                  moved_bytes=dict(self.moved_bytes), evicted_blocks=self.evicted_blocks,
-                 stale_blocks=self.stale_blocks,
+                 stale_blocks=self.stale_blocks, admission=self.admission, declined_blocks=self.declined_blocks,
                  ttft_mean_s=float(self.ttft_s.mean()) if len(self.ttft_s) else 0.0,
                  ttft_p50_s=float(np.percentile(self.ttft_s, 50)) if len(self.ttft_s) else 0.0,
                  ttft_p99_s=float(np.percentile(self.ttft_s, 99)) if len(self.ttft_s) else 0.0)
@@ -295,96 +313,113 @@ def _simulate_lru_numpy(trace: Trace, tiers: Tiers, index: LruIndex | None = Non
     return _finish("lru", tiers, trace, tier, hit, ix.req, moved, evicted, stale, ix.tok)
 
 
-# --- the sequential reference -----------------------------------------------------------------------
-class _Tier:
-    """One tier's residents under a policy; victims come out in policy order."""
-
-    def __init__(self, policy: str):
-        self.policy = policy
-        self.od: OrderedDict = OrderedDict()  # lru: residents, least recent first
-        self.key: dict = {}  # lfu: block -> (freq, seq) as pushed
-        self.heap: list = []  # lfu: (freq, seq, block), lazily invalidated
-
-    def __contains__(self, b):
-        return b in (self.od if self.policy == "lru" else self.key)
-
-    def __len__(self):
-        return len(self.od) if self.policy == "lru" else len(self.key)
-
-    def add(self, b, freq: int, seq: int):
-        if self.policy == "lru":
-            self.od[b] = None
-        else:
-            self.key[b] = (freq, seq)
-            heapq.heappush(self.heap, (freq, seq, b))
-
-    def remove(self, b):
-        if self.policy == "lru":
-            del self.od[b]
-        else:
-            del self.key[b]
-
-    def victim(self):
-        if self.policy == "lru":
-            return self.od.popitem(last=False)[0]
-        while True:
-            f, s, b = heapq.heappop(self.heap)
-            if self.key.get(b) == (f, s):
-                del self.key[b]
-                return b
+# --- any policy per tier: the block-by-block reference and its compiled twin ---------------------------
+def _per_tier(name: str, value, check) -> tuple[str, str, str]:
+    """One value for every tier, or a sequence of three (hbm, dram, ssd), each passed through `check`."""
+    vals = (value,) * 3 if isinstance(value, str) else tuple(value) if isinstance(value, (list, tuple)) else ()
+    if len(vals) != 3:
+        raise ParameterError(f"{name} must be one name or one per tier (hbm, dram, ssd), got {value!r}")
+    for v in vals:
+        check(v)
+    return vals
 
 
-def simulate_sequential(trace: Trace, tiers: Tiers, policy: str = "lru", progress: bool = False) -> SimResult:
-    """Block-by-block simulation (any policy; TTL with or without SSD). LFU evicts the least-used block,
-    the least recent among equals; use counts are kept for every block ever seen."""
+def tier_policies(policy) -> tuple[str, str, str]:
+    """Policy names for HBM, DRAM and SSD from one name (every tier) or a sequence of three."""
+    return _per_tier("policy", policy, get_policy)
+
+
+def tier_admissions(admission) -> tuple[str, str, str]:
+    """Admission rules ("all" or "second") for HBM, DRAM and SSD from one rule or a sequence of three."""
+    return _per_tier("admission", admission, admit_after)
+
+
+def _label(names) -> str:
+    return names[0] if len(set(names)) == 1 else "/".join(names)
+
+
+def _tier_caches(tiers: Tiers, pols, future):
+    """One reference cache per tier with room (None for an empty tier); a too-small tier is named."""
+    out = []
+    for k, p in enumerate(pols):
+        if tiers.capacity_blocks[k] == 0:
+            out.append(None)
+            continue
+        try:
+            out.append(get_policy(p)(tiers.capacity_blocks[k], future))
+        except ParameterError as e:
+            raise ParameterError(f"{TIERS[k]} tier: {e}") from None
+    return out
+
+
+def _moved_dict(moved: dict, hit, tier, bb: int) -> dict:
+    for k in (1, 2):  # promotions: prefix hits from a lower tier (a stale copy is dropped, not moved)
+        moved[f"{TIERS[k]}->hbm"] = int(np.count_nonzero(hit & (tier == k))) * bb
+    return {k: v for k, v in moved.items() if v or k in ("dram->hbm", "ssd->hbm")}
+
+
+def simulate_sequential(trace: Trace, tiers: Tiers, policy="lru", progress: bool = False,
+                        admission="all") -> SimResult:
+    """Block-by-block simulation through the policies' reference classes (any policy per tier, any admission,
+    TTL with or without SSD).
+
+    Every accessed block is looked up in HBM (a hit there is a policy hit); found in DRAM or SSD it is taken out
+    and stored in HBM. A tier stores a block only once it has been accessed `admit_after(admission)` times, else
+    drops it; a block the policy declines is dropped too. Each tier's victim moves to the next tier with room
+    (looked up there first, so ARC's and S3-FIFO's ghosts see it), the last tier's is dropped. Host DRAM drops (or
+    sinks to SSD) a block idle past the TTL - at the start of each request, or on arrival from HBM."""
     _check_trace(trace)
-    if policy not in POLICIES:
-        raise ParameterError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    pols, adms = tier_policies(policy), tier_admissions(admission)
+    admits = [admit_after(a) for a in adms]
     caps = tiers.capacity_blocks
-    tier_objs = [_Tier(policy) for _ in range(3)]
+    future: dict = {}  # block -> its next access (read by offline policies)
+    caches = _tier_caches(tiers, pols, future)
+    nxt = next_access(trace.block_ids).tolist() if any(
+        c is not None and c.offline for c in caches) else None
     where: dict[int, int] = {}  # block -> tier index
     last: dict[int, float] = {}  # block -> time of last use
-    freq: dict[int, int] = {}  # block -> uses
-    seqno: dict[int, int] = {}  # block -> access number of last use
+    count: dict[int, int] = {}  # block -> accesses so far
     expiry: list = []  # (last use, block) for DRAM residents (lazy)
-    moved = {"hbm->dram": 0, "dram->ssd": 0, "hbm->ssd": 0, "dram->hbm": 0, "ssd->hbm": 0}
-    evicted = 0  # dropped past the last tier (expired blocks dropped for want of an SSD are not counted)
+    moved: dict = {}
+    evicted = declined = 0  # dropped past the last tier for capacity; refused by admission or policy
     ttl = tiers.ttl_s
     bb = tiers.block_bytes
-    A = trace.n_accesses
-    tier_of = np.full(A, 3, np.int64)
-    req = trace.request_of_access
+    tier_of = np.full(trace.n_accesses, 3, np.int64)
     ids = trace.block_ids.tolist()
     off = trace.block_offsets.tolist()
     ts = trace.timestamps.tolist()
 
     def place(b, k, src, now):
-        """Put b (coming from tier `src`, None if new) into tier k or the next non-empty tier below, cascading
-        victims downwards. HBM victims are offloaded without checking their age; host DRAM drops (or sinks
-        to SSD) a block already idle past the TTL. Past the last tier a block is dropped."""
-        nonlocal evicted
+        nonlocal evicted, declined
         while True:
             while k < 3 and caps[k] == 0:
                 k += 1
             if k >= 3:
                 evicted += 1
                 return
+            if count[b] < admits[k]:
+                declined += 1
+                return
             if src is not None:
-                moved[f"{TIERS[src]}->{TIERS[k]}"] = moved.get(f"{TIERS[src]}->{TIERS[k]}", 0) + bb
+                key = f"{TIERS[src]}->{TIERS[k]}"
+                moved[key] = moved.get(key, 0) + bb
             if k == 1 and now - last[b] > ttl:  # expired on arrival
                 if caps[2] == 0:
                     return
                 src, k = 1, 2
                 continue
-            tier_objs[k].add(b, freq[b], seqno[b])
-            where[b] = k
-            if k == 1 and math.isfinite(ttl):
-                heapq.heappush(expiry, (last[b], b))
-            if len(tier_objs[k]) <= caps[k]:
+            caches[k].lookup(b)
+            v, stored = caches[k].insert(b)
+            if stored:
+                where[b] = k
+                if k == 1 and math.isfinite(ttl):
+                    heapq.heappush(expiry, (last[b], b))
+            else:
+                declined += 1
+            if v < 0 or v == b:
                 return
-            b = tier_objs[k].victim()
-            del where[b]
-            src, k = k, k + 1
+            del where[v]
+            b, src, k = v, k, k + 1
 
     it = range(len(trace))
     if progress:
@@ -396,41 +431,99 @@ def simulate_sequential(trace: Trace, tiers: Tiers, policy: str = "lru", progres
             while expiry and expiry[0][0] < now - ttl:
                 t0, b = heapq.heappop(expiry)
                 if where.get(b) == 1 and last[b] == t0:
-                    tier_objs[1].remove(b)
+                    caches[1].remove(b)
                     del where[b]
                     if caps[2] > 0:
                         place(b, 2, 1, now)
         intact = True
         for a in range(off[r], off[r + 1]):
             b = ids[a]
-            k = where.get(b)
-            if k is not None:
-                tier_objs[k].remove(b)
+            count[b] = count.get(b, 0) + 1
+            if nxt is not None:
+                future[b] = nxt[a]
+            k = where.get(b, 3)
+            if k == 0:
+                caches[0].lookup(b)
+            elif k < 3:
+                caches[k].remove(b)
                 del where[b]
-                tier_of[a] = k
-            else:
+            tier_of[a] = k
+            if k == 3:
                 intact = False
-            if tier_of[a] < 3 and not intact:
-                tier_of[a] = tier_of[a] | 8  # found but past the first miss: recomputed
+            elif not intact:
+                tier_of[a] = k | 8  # found but past the first miss: recomputed
             last[b] = now
-            freq[b] = freq.get(b, 0) + 1
-            seqno[b] = a
-            place(b, 0, None, now)
+            if k != 0:
+                place(b, 0, None, now)
     found = (tier_of & 7) < 3
     hit = found & (tier_of < 8)
     stale = int(np.count_nonzero(tier_of >= 8))
-    tier = np.where(hit, tier_of & 7, np.where(found, tier_of & 7, 3))
-    for k in (1, 2):  # promotions: prefix hits from a lower tier (a stale copy is dropped, not moved)
-        moved[f"{TIERS[k]}->hbm"] = int(np.count_nonzero(hit & (tier == k))) * bb
-    moved = {k: v for k, v in moved.items() if v or k in ("dram->hbm", "ssd->hbm")}
-    return _finish(policy, tiers, trace, tier, hit, req, moved, evicted, stale)
+    tier = np.where(found, tier_of & 7, 3)
+    res = _finish(_label(pols), tiers, trace, tier, hit, trace.request_of_access, _moved_dict(moved, hit, tier, bb),
+                  evicted, stale)
+    res.admission, res.declined_blocks = _label(adms), declined
+    return res
 
 
-def simulate(trace: Trace, tiers: Tiers, policy: str = "lru", progress: bool = False) -> SimResult:
-    """The vectorized LRU path where it applies, the sequential one otherwise."""
-    if policy == "lru" and (not math.isfinite(tiers.ttl_s) or tiers.capacity_blocks[2] == 0):
-        return simulate_lru_fast(trace, tiers)
-    return simulate_sequential(trace, tiers, policy, progress)
+def simulate_compiled(trace: Trace, tiers: Tiers, policy="lru", admission="all") -> SimResult:
+    """`simulate_sequential` through the compiled tier kernel (kvlab.sim.policy_kernels): the same results."""
+    _check_trace(trace)
+    if not pk.ENABLED:
+        raise ParameterError("the compiled tier kernel needs numba (KVLAB_NUMBA=0 turns it off); "
+                             "use simulate_sequential")
+    pols, adms = tier_policies(policy), tier_admissions(admission)
+    _tier_caches(tiers, pols, {})  # capacity checks, with the tier named
+    classes = [get_policy(p) for p in pols]
+    offline = any(c.offline for k, c in enumerate(classes) if tiers.capacity_blocks[k])
+    dense, n, nxt, max_freq = pk.stream_arrays(trace.block_ids, True)
+    if not offline:
+        nxt = np.zeros(len(dense), np.int64)
+    params = np.zeros((3, 3), np.float64)
+    for k, c in enumerate(classes):
+        params[k, :len(c.params())] = c.params()
+    ttl_on = math.isfinite(tiers.ttl_s)
+    hit_blocks, hit_tokens, req_hit, transfer, moved_blocks, counts, stale = pk._tiered(
+        np.array([c.kernel for c in classes], np.int64), np.asarray(tiers.capacity_blocks, np.int64), params,
+        np.array([admit_after(a) for a in adms], np.int64), dense, nxt, trace.block_offsets.astype(np.int64),
+        trace.input_tokens.astype(np.int64), trace.timestamps.astype(np.float64), int(trace.block_tokens),
+        float(tiers.ttl_s) if ttl_on else 0.0, ttl_on, tiers.transfer_s(), max(n, 1), max_freq)
+    bb = tiers.block_bytes
+    moved = {f"{TIERS[s]}->{TIERS[d]}": int(moved_blocks[s, d]) * bb for s in range(3) for d in range(s + 1, 3)
+             if moved_blocks[s, d]}
+    for k in (1, 2):
+        moved[f"{TIERS[k]}->hbm"] = int(hit_blocks[k]) * bb
+    ttft = (trace.input_tokens - req_hit) / tiers.prefill_tokens_per_s + transfer
+    return SimResult(_label(pols), tiers, len(trace), trace.n_accesses, hit_blocks, hit_tokens,
+                     int(trace.input_tokens.sum()), req_hit, ttft, moved, int(counts[0]), int(stale),
+                     _label(adms), int(counts[1]))
+
+
+def simulate(trace: Trace, tiers: Tiers, policy="lru", progress: bool = False, admission="all") -> SimResult:
+    """LRU in every tier with admission "all": the LRU fast path where it applies (no TTL with SSD); any other
+    mix: the compiled tier kernel, or the sequential reference without numba."""
+    pols, adms = tier_policies(policy), tier_admissions(admission)
+    lru = set(pols) == {"lru"} and set(adms) == {"all"}
+    if not pk.ENABLED and not lru:
+        return simulate_sequential(trace, tiers, pols, progress, adms)
+    _check_trace(trace)
+    _tier_caches(tiers, pols, {})  # bad input is refused before a progress bar appears
+    bar = None
+    if progress:  # a compiled run is one call: the bar completes when it returns
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(trace), desc="simulate", unit="req")
+    try:
+        if lru and (not math.isfinite(tiers.ttl_s) or tiers.capacity_blocks[2] == 0):
+            res = simulate_lru_fast(trace, tiers)
+        elif pk.ENABLED:
+            res = simulate_compiled(trace, tiers, pols, adms)
+        else:
+            res = simulate_sequential(trace, tiers, pols, False, adms)
+        if bar is not None:
+            bar.update(len(trace))
+    finally:
+        if bar is not None:
+            bar.close()
+    return res
 
 
 # --- curves and validation ---------------------------------------------------------------------------

@@ -5,8 +5,9 @@ block ids in CSR form (block_offsets, block_ids). Mooncake (kvcache-ai/Mooncake 
 traces, Apache-2.0) gives one hash id per 512-token block, each standing for the block and all
 before it, so a shared leading run of ids is a reusable prefix. Azure's 2023 LLM inference traces
 (Azure/AzurePublicDataset, CC-BY-4.0) give arrivals and lengths only. Trace files are never copied
-into the repository: they are read from ../shared/traces beside it (or an explicit path), and the
-synthetic generator stands in when they are absent.
+into the repository: `kvlab traces fetch NAME` downloads them, verified, into the user's data folder
+(kvlab.sim.catalog), where readers find them by name; a developer's ../shared/traces beside the clone
+serves as a local mirror; an explicit path always works; the synthetic generator stands in otherwise.
 """
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ from pathlib import Path
 
 import numpy as np
 
+from . import catalog
+from ..checks import need_int, need_number
 from ..errors import KvlabError, ParameterError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TRACES_DIR = REPO_ROOT.parent / "shared" / "traces"  # ../shared/traces relative to the repository root
+TRACES_DIR = REPO_ROOT.parent / "shared" / "traces"  # a developer's local mirror beside the clone, when present
 MOONCAKE_BLOCK_TOKENS = 512  # Mooncake hashes 512-token blocks (FAST'25 traces README)
-KNOWN = {"conversation": "conversation_trace.jsonl", "mooncake_synthetic": "synthetic_trace.jsonl",
-         "azure_code": "AzureLLMInferenceTrace_code.csv", "azure_conv": "AzureLLMInferenceTrace_conv.csv"}
+MAX_TOKENS = 2**40  # largest prompt or output length accepted from a trace (token sums stay exact in int64)
+MAX_HASH = 2**63  # hash ids are stored as int64
 
 
 class TraceError(KvlabError):
@@ -86,6 +89,18 @@ class Trace:
         return d
 
 
+def block_stream(ids, block_tokens: int = 1, name: str = "blocks") -> Trace:
+    """A plain stream of block ids as a trace of one-block requests (every access its own request, arriving one
+    second apart): the shape libCacheSim sees, so each policy's hits can be held against it."""
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+        raise ParameterError(f"block ids must be a 1-D array of integers, got {ids.dtype} of shape {ids.shape}")
+    n = len(ids)
+    return Trace(name, np.arange(n, dtype=np.float64), np.full(n, block_tokens, np.int64), np.ones(n, np.int64),
+                 np.arange(n + 1, dtype=np.int64), _dense(ids.astype(np.int64)), block_tokens,
+                 source="a block stream")
+
+
 def _dense(ids: np.ndarray) -> np.ndarray:
     """Map arbitrary ids to 0..k-1 in order of first appearance."""
     uniq, first, inv = np.unique(ids, return_index=True, return_inverse=True)
@@ -98,20 +113,43 @@ def _bad(path, line: int, field: str, msg: str):
     raise TraceError(f"{path}: line {line}: field {field!r}: {msg}")
 
 
-def _nonneg_int(v, path, line, field):
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        _bad(path, line, field, f"must be a non-negative integer, got {v!r}")
+def _nonneg_int(v, path, line, field, hi: int = MAX_TOKENS):
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= hi:
+        _bad(path, line, field, f"must be an integer in [0, {hi:,}], got {_short(v)}")
     return v
+
+
+def _short(v) -> str:
+    r = repr(v)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
+def _open_trace(path: Path) -> Path:
+    if path.is_dir():
+        raise TraceError(f"{path}: is a directory, not a trace file")
+    if not path.is_file():
+        raise TraceError(f"{path}: no such trace file")
+    return path
+
+
+def _text_lines(path: Path, f):
+    """(line number, text) of a binary file, each line decoded as UTF-8 (a binary file is refused by line)."""
+    for ln, raw in enumerate(f, 1):
+        try:
+            yield ln, raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TraceError(f"{path}: line {ln}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                             "a trace is a Mooncake JSONL or an Azure CSV file") from None
 
 
 def read_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS, limit: int | None = None) -> Trace:
     """Read a Mooncake JSONL trace, validating every record (line number and field in each error)."""
-    path = Path(path)
-    if not path.is_file():
-        raise TraceError(f"{path}: no such trace file")
+    path = _open_trace(Path(path))
+    block_tokens = need_int("block_tokens", block_tokens, 1)
+    limit = None if limit is None else need_int("limit", limit, 1)
     ts, inp, out, offs, ids = [], [], [], [0], []
-    with path.open() as f:
-        for ln, raw in enumerate(f, 1):
+    with path.open("rb") as f:
+        for ln, raw in _text_lines(path, f):
             if limit is not None and len(ts) >= limit:
                 break
             if not raw.strip():
@@ -126,16 +164,17 @@ def read_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS, l
                 if k not in r:
                     _bad(path, ln, k, "missing")
             t = r["timestamp"]
-            if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-                _bad(path, ln, "timestamp", f"must be a non-negative number of milliseconds, got {t!r}")
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < 1e18 or (
+                    isinstance(t, float) and not math.isfinite(t)):
+                _bad(path, ln, "timestamp", f"must be a number of milliseconds in [0, 1e18), got {_short(t)}")
             if ts and t / 1000 < ts[-1]:
                 _bad(path, ln, "timestamp", f"goes backwards ({t} ms after {ts[-1] * 1000:g} ms)")
             n_in = _nonneg_int(r["input_length"], path, ln, "input_length")
             n_out = _nonneg_int(r["output_length"], path, ln, "output_length")
             h = r["hash_ids"]
-            if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+            if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < MAX_HASH
                                                   for x in h):
-                _bad(path, ln, "hash_ids", "must be a list of non-negative integers")
+                _bad(path, ln, "hash_ids", "must be a list of integers in [0, 2**63)")
             if len(h) != -(-n_in // block_tokens):
                 _bad(path, ln, "hash_ids", f"{len(h)} ids for {n_in} input tokens; expected "
                      f"ceil({n_in} / {block_tokens}) = {-(-n_in // block_tokens)}")
@@ -157,12 +196,11 @@ AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 def read_azure(path: str | Path, limit: int | None = None) -> Trace:
     """Read an Azure LLM inference trace CSV (arrivals and lengths; no prefix information)."""
-    path = Path(path)
-    if not path.is_file():
-        raise TraceError(f"{path}: no such trace file")
+    path = _open_trace(Path(path))
+    limit = None if limit is None else need_int("limit", limit, 1)
     ts, inp, out = [], [], []
-    with path.open(newline="") as f:
-        rows = csv.reader(f)
+    with path.open("rb") as f:
+        rows = csv.reader(line for _, line in _text_lines(path, f))
         header = next(rows, None)
         if header is None or tuple(h.strip() for h in header) != AZURE_COLUMNS:
             raise TraceError(f"{path}: line 1: header must be {','.join(AZURE_COLUMNS)}, got {header!r}")
@@ -176,13 +214,13 @@ def read_azure(path: str | Path, limit: int | None = None) -> Trace:
             try:
                 t = datetime.fromisoformat(row[0].strip()[:26])
             except ValueError:
-                _bad(path, ln, "TIMESTAMP", f"not a date-time: {row[0]!r}")
+                _bad(path, ln, "TIMESTAMP", f"not a date-time: {_short(row[0])}")
             vals = []
             for k, v in zip(AZURE_COLUMNS[1:], row[1:]):
                 try:
                     x = int(v)
                 except ValueError:
-                    _bad(path, ln, k, f"not an integer: {v!r}")
+                    _bad(path, ln, k, f"not an integer: {_short(v)}")
                 vals.append(_nonneg_int(x, path, ln, k))
             ts.append(t.timestamp())
             inp.append(vals[0])
@@ -195,17 +233,25 @@ def read_azure(path: str | Path, limit: int | None = None) -> Trace:
 
 
 def trace_path(name: str | Path, traces_dir: str | Path | None = None) -> Path:
-    """A trace by explicit path, short name (conversation, mooncake_synthetic, azure_code, azure_conv) or file
-    name in the traces folder (default ../shared/traces beside the repository)."""
+    """A trace by explicit path, or by catalog name or alias (`kvlab traces list`: mooncake-conversation,
+    conversation, ...) from the data folder where `kvlab traces fetch` saves it, or from a local mirror folder
+    (default ../shared/traces beside the repository, when present)."""
     p = Path(name)
+    if p.is_dir():
+        raise TraceError(f"{p}: is a directory, not a trace file")
     if p.is_file():
         return p
+    t = catalog.lookup(str(name))
     d = Path(traces_dir) if traces_dir is not None else TRACES_DIR
-    cand = d / KNOWN.get(str(name), str(name))
-    if cand.is_file():
-        return cand
-    raise TraceError(f"trace {str(name)!r} not found (looked for {p} and {cand}); traces are read from "
-                     f"{d}, or use 'synthetic'")
+    cands = ([catalog.local_path(t)] if t else []) + [d / (t.file if t else str(name))]
+    for c in cands:
+        if c.is_file():
+            return c
+    if t:
+        raise TraceError(f"trace {str(name)!r} is not downloaded: run `kvlab traces fetch {t.name}` (downloads "
+                         f"{catalog.source_url(t)} to {catalog.local_path(t)})")
+    raise TraceError(f"trace {str(name)!r} not found: no such file, and not a catalog name "
+                     f"({', '.join(catalog.CATALOG)}; see `kvlab traces list`); or use 'synthetic'")
 
 
 def have_trace(name: str, traces_dir: str | Path | None = None) -> bool:
@@ -217,13 +263,19 @@ def have_trace(name: str, traces_dir: str | Path | None = None) -> bool:
 
 
 def load_trace(name: str | Path, limit: int | None = None, seed: int = 0, **synthetic) -> Trace:
-    """'synthetic' (seeded generator, keyword arguments passed on), or a Mooncake .jsonl / Azure .csv trace."""
+    """'synthetic' (seeded generator, keyword arguments passed on), or a Mooncake .jsonl / Azure .csv trace by path
+    or catalog name (`block_tokens=` gives a Mooncake file's hashing block size); `limit` keeps the first requests."""
+    limit = None if limit is None else need_int("limit", limit, 1)
     if str(name) == "synthetic":
-        return synthetic_agent_trace(seed=seed, **synthetic)
+        tr = synthetic_agent_trace(seed=seed, **synthetic)
+        return tr if limit is None else tr.head(limit)
+    block_tokens = synthetic.pop("block_tokens", None)
+    if synthetic:
+        raise ParameterError(f"{sorted(synthetic)[0]!r} applies to the synthetic workload only, not to a trace file")
     p = trace_path(name)
     if p.suffix == ".csv":
         return read_azure(p, limit)
-    return read_mooncake(p, limit=limit)
+    return read_mooncake(p, MOONCAKE_BLOCK_TOKENS if block_tokens is None else block_tokens, limit=limit)
 
 
 # --- synthetic agent workload ----------------------------------------------------------------------
@@ -248,6 +300,18 @@ class AgentWorkload:
     max_context: int = 131_072  # a session ends once its context would pass this
     block_tokens: int = MOONCAKE_BLOCK_TOKENS  # tokens per hashed block
 
+    def __post_init__(self):
+        for k, lo in (("sessions", 1), ("system_prompt_tokens", 0), ("toolsets", 0), ("tool_schema_tokens", 0),
+                      ("first_user_tokens", 0), ("output_tokens", 0), ("tool_result_tokens", 0), ("user_tokens", 0),
+                      ("max_context", 1), ("block_tokens", 1)):
+            need_int(f"synthetic workload {k}", getattr(self, k), lo, MAX_TOKENS)
+        need_number("synthetic workload session_rate_per_s", self.session_rate_per_s, 0.0, lo_open=True)
+        need_number("synthetic workload turns", self.turns, 1.0, 1e6)
+        need_number("synthetic workload tool_call_prob", self.tool_call_prob, 0.0, 1.0)
+        need_number("synthetic workload tool_pause_s", self.tool_pause_s, 0.0)
+        need_number("synthetic workload human_pause_median_s", self.human_pause_median_s, 0.0, lo_open=True)
+        need_number("synthetic workload human_pause_sigma", self.human_pause_sigma, 0.0, 100.0)
+
 
 def synthetic_agent_trace(seed: int = 0, workload: AgentWorkload | None = None, **overrides) -> Trace:
     """A seeded agent workload: shared system prompt + tool schemas, growing history, tool calls and human
@@ -257,6 +321,7 @@ def synthetic_agent_trace(seed: int = 0, workload: AgentWorkload | None = None, 
     so blocks inside the system prompt are shared by all sessions, blocks inside the tool schemas by the
     sessions with that toolset, and history blocks by the turns of one session; a partly filled last block
     gets a fresh id each time (its content changes as the history grows)."""
+    need_int("seed", seed, 0)
     w = workload or AgentWorkload()
     if overrides:
         from dataclasses import replace
@@ -264,8 +329,6 @@ def synthetic_agent_trace(seed: int = 0, workload: AgentWorkload | None = None, 
         if bad:
             raise ParameterError(f"unknown synthetic workload knob {bad[0]!r}")
         w = replace(w, **overrides)
-    if w.sessions < 1 or w.turns < 1 or w.block_tokens < 1 or w.session_rate_per_s <= 0:
-        raise ParameterError("synthetic workload: sessions, turns, block_tokens and session_rate_per_s must be positive")
     rng = np.random.default_rng(seed)
     B = w.block_tokens
     shared = w.system_prompt_tokens
