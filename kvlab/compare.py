@@ -77,3 +77,22 @@ def session_table(model, lengths: list[int], scheme: str = "storage", kv_format=
         rows.append({"tokens": t, "growing_bytes": s.growing, "bounded_bytes": s.bounded, "total_bytes": s.total,
                      "total_GiB": round(s.total / 2**30, 3)})
     return rows
+
+
+def state_table(models: list[str], lengths: list[int], scheme: str = "storage") -> list[dict]:
+    """Hybrid (attention + linear / SSM) models beside each other: bytes per token (attention KV, growing), the
+    fixed-size state per session (whatever its length), and a session's bytes at each length."""
+    rows = []
+    for name in need_list("models", models, "a list of model names"):
+        L = build_layout(name, scheme)
+        kinds = L.model.layer_kinds
+        row = {"model": L.model.name, "family": L.model.family,
+               "attention layers": sum(k in ("attention", "hybrid") for k in kinds) if kinds else len(L.layers),
+               "state layers": sum(k in ("linear", "hybrid") for k in kinds),
+               "bytes_per_token": _num(L.bytes_per_token), "state_bytes": L.state_bytes}
+        for t in need_list("lengths", lengths, "a list of token counts"):
+            s = L.session(t)
+            row[f"session_{t}"] = s.total
+            row[f"state_share_{t}"] = round(L.state_bytes / s.total, 4) if s.total else None
+        rows.append(row)
+    return rows

@@ -129,13 +129,18 @@ def test_sessions_per_gpu_and_per_deployment():
     tp8 = plan("deepseek-v3", "H200", ctx, parallel=Parallelism(tp=8))
     dcp8 = plan("deepseek-v3", "H200", ctx, parallel=Parallelism(tp=8, dcp=8))
     dp8 = plan("deepseek-v3", "H200", ctx, parallel=Parallelism(tp=8, dp_attention=True))
-    assert tp8.usable_kv_bytes == dcp8.usable_kv_bytes == dp8.usable_kv_bytes  # same weights per GPU
+    assert tp8.usable_kv_bytes == dcp8.usable_kv_bytes  # the same weights per GPU
+    # DP attention keeps the 11.4B MLA projection parameters (FP8, 128 x 128 block scales) on every rank
+    att = 11_413_422_080 * (8 + 32 / 128**2) / 8
+    assert abs(dp8.weight_share - (att + (dp8.weight_bytes - att) / 8)) < 2  # bytes, rounded up twice
+    assert dp8.weight_share > tp8.weight_share == -(-tp8.weight_bytes // 8)
     assert tp8.session.total == 70_272 * ctx  # every rank holds the whole latent
     assert dcp8.session.total == 70_272 * ctx // 8
     assert dp8.session.total == 70_272 * ctx
     # TP 8: each session spans 8 GPUs, all of which hold its full latent: no more sessions than one GPU holds
     assert tp8.sessions_per_deployment == tp8.usable_kv_bytes // (70_272 * ctx)
-    assert dp8.sessions_per_deployment == 8 * tp8.sessions_per_deployment  # DP attention: 8x the sessions
+    # DP attention: every rank its own sessions, 8x over the (smaller, attention replicated) pool of one
+    assert dp8.sessions_per_deployment == 8 * (dp8.usable_kv_bytes // (70_272 * ctx))
     assert dcp8.sessions_per_deployment == tp8.usable_kv_bytes // (70_272 * ctx // 8)
     assert tp8.sessions_per_gpu == Fraction(tp8.sessions_per_deployment, 8) or \
         tp8.sessions_per_gpu == tp8.sessions_per_deployment / 8

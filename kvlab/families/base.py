@@ -138,6 +138,11 @@ class Family:
                              f"({self.description}); {name} is modelled for dense and MLA models "
                              f"(--engine vllm covers this family)")
 
+    def attention_params(self, spec: ModelSpec) -> int | None:
+        """Parameters of the attention projections (what data-parallel attention replicates on every rank), or
+        None when the family does not say."""
+        return None
+
     def replay_window(self, spec: ModelSpec) -> int:
         """Tokens a host-cache miss replays (0: nothing bounded to replay)."""
         return 0

@@ -120,6 +120,16 @@ class DeepSeekV4(Family):
                 self.entry(spec, scheme, "index", {"all": spec.index_head_dim}, fmts.k),
                 self.entry(spec, scheme, "swa", dims, fmts.k))
 
+    def attention_params(self, spec):
+        """DeepSeek V4 attention projections per layer: wq_a (hidden -> q_lora_rank), wq_b (-> heads x head_dim),
+        wkv (hidden -> head_dim: the shared K=V entry), wo_a (grouped: heads x head_dim / o_groups -> o_groups x
+        o_lora_rank) and wo_b (-> hidden); the indexer's and compressors' projections are not counted."""
+        c, h, hd, d = spec.config, spec.num_heads, spec.head_dim, spec.hidden_size
+        ql, ol, g = c.get("q_lora_rank"), c.get("o_lora_rank"), c.get("o_groups")
+        if not all(isinstance(x, int) and x > 0 for x in (ql, ol, g, h, d)):
+            return None
+        return spec.num_layers * (d * ql + ql * h * hd + d * hd + (h * hd // g) * g * ol + g * ol * d)
+
     def interleave(self, role: str, shard) -> int:
         """DCP ranks a growing role's entries are interleaved over (1: every rank holds them all)."""
         return shard.dcp if self.splits[role].dcp else 1

@@ -104,5 +104,11 @@ class Dense(Family):
     def engine(self, layout, name, page_size=None):
         return dense_engine(self, layout, name, page_size)
 
+    def attention_params(self, spec):
+        """q, k, v and o projections: layers x hidden x (2 x heads + 2 x KV heads) x head_dim."""
+        if spec.hidden_size is None:
+            return None
+        return spec.num_layers * spec.hidden_size * (2 * spec.num_heads + 2 * spec.num_kv_heads) * spec.head_dim
+
     def explain(self, layout) -> list[str]:
         return kv_one_liner(layout) or explain_layout(layout)

@@ -71,6 +71,19 @@ class Mla(Family):
     def engine(self, layout, name, page_size=None):
         return dense_engine(self, layout, name, page_size)
 
+    def attention_params(self, spec):
+        """DeepSeek-V2/V3 MLA projections per layer: q (through q_lora_rank when set), kv_a (latent + RoPE key),
+        kv_b (latent -> per-head NoPE keys and values), o; V3.2's indexer projections are not counted."""
+        c, h, d = spec.config, spec.num_heads, spec.hidden_size
+        nope, v = c.get("qk_nope_head_dim"), c.get("v_head_dim")
+        if not (isinstance(nope, int) and isinstance(v, int) and d):
+            return None
+        qk = nope + spec.qk_rope_head_dim
+        ql = c.get("q_lora_rank")
+        q = d * ql + ql * h * qk if isinstance(ql, int) and ql > 0 else d * h * qk
+        kv = d * (spec.kv_lora_rank + spec.qk_rope_head_dim) + spec.kv_lora_rank * h * (nope + v)
+        return spec.num_layers * (q + kv + h * v * d)
+
 
 @register
 class MlaDsa(Mla):

@@ -96,6 +96,18 @@ def weight_bytes(model: str | ModelSpec) -> WeightEstimate:
     return WeightEstimate(spec.name, params, nbytes, note)
 
 
+def replicated_attention_bytes(spec: ModelSpec) -> int | None:
+    """Bytes of the attention projections, which data-parallel attention keeps whole on every rank (the family
+    counts the parameters; bits per parameter from the config's quantization_config or dtype), or None when the
+    family does not count them."""
+    from ..families import get_family
+    params = get_family(spec.family).attention_params(spec)
+    if params is None:
+        return None
+    quant = spec.config.get("quantization_config")
+    return -(-int(params * _bits(quant if isinstance(quant, dict) else None, spec.torch_dtype, False)) // 8)
+
+
 # --- one session -------------------------------------------------------------------------------
 def replay_window(model) -> int:
     """Tokens a host-cache miss replays: the model family's bounded replay (V4.1: its `sliding_window`), else 0."""
@@ -165,8 +177,12 @@ class Capacity:
     whole_session: SessionCost | None = field(default=None, repr=False)  # the same session over the whole model
     layout_note: str = ""  # how the per-GPU bytes were split (TP / DCP / PP / DP attention)
 
+    weight_share_bytes: int | None = None  # this GPU's weights when not an even share (DP attention)
+
     @property
     def weight_share(self) -> int:
+        if self.weight_share_bytes is not None:
+            return self.weight_share_bytes
         return -(-self.weight_bytes // self.weight_shards)
 
     @property
@@ -279,12 +295,18 @@ def plan(model, gpu: str | Gpu, context_tokens: int, prefix_hit_rate: float = 0.
     whole_cost = cost if whole is stage else session_cost(whole, tokens, prefix_hit_rate, replay_probability)
     act_bytes = int(act * 1e9)
     share_bytes = -(-w // n)
+    if parallel is not None and par.dp_attention and n > 1:  # DP attention: every rank keeps the attention whole
+        att = replicated_attention_bytes(spec)
+        if att is not None and att < w:
+            share_bytes = att + -(-(w - att) // n)
+            note = (note + "; " if note else "") + (f"DP attention: {att / 1e9:.1f} GB of attention weights on every "
+                                                   f"rank + 1/{n} of the rest")
     rule = engine or "vllm"
     fraction = memory_fraction if memory_fraction is not None else (u if rule == "vllm" else None)
     budget = kv_budget(rule, g, share_bytes, act_bytes, fraction=fraction, tp=par.tp, pp=par.pp,
                        dp_attention=par.dp_attention)
     cap = Capacity(spec.name, g, budget.fraction, w, n, act_bytes, cost, par, budget, stage.engine.name, whole_cost,
-                   note)
+                   note, share_bytes)
     if cap.session.total <= 0:  # every token a shared-prefix hit and nothing bounded: no count follows
         raise ParameterError(f"{cap.model}: a {tokens:,}-token session at prefix_hit_rate {prefix_hit_rate!r} holds "
                              "0 bytes of its own (its whole context is a shared-prefix hit), so KV memory puts no "
