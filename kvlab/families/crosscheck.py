@@ -95,9 +95,9 @@ def held_tensors(cache) -> list[tuple]:
 def hybrid_crosscheck(model_type: str, tokens: int = 9, decode: int = 2, seed: int = 0) -> HybridCheck:
     """Run a tiny `model_type` model over `tokens` tokens (a prefill, then `decode` one-token steps) and compare
     its cache with kvlab's 'storage' layout of the config transformers saved."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
+    from ..cache.crosscheck import run_tiny
     from ..engines import allocate
     from ..models import spec_from_config
     need_choice("model_type", model_type, TINY)
@@ -106,17 +106,7 @@ def hybrid_crosscheck(model_type: str, tokens: int = 9, decode: int = 2, seed: i
         raise ParameterError(f"hybrid cross-check needs 0 <= decode < tokens, got tokens={tokens}, decode={decode}")
     hf_logging.set_verbosity_error()
     config = AutoConfig.for_model(model_type, **TINY[model_type])
-    torch.manual_seed(seed)
-    net = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, config.vocab_size, (1, tokens), generator=g)  # [B=1, T]
-    prefill = tokens - decode
-    with torch.no_grad():
-        out = net(ids[:, :prefill], use_cache=True)
-        cache = getattr(out, "cache", None) or out.past_key_values
-        for t in range(prefill, tokens):  # one token at a time, as in generation
-            out = net(ids[:, t:t + 1], cache=cache, use_cache=True)
-            cache = getattr(out, "cache", None) or out.past_key_values
+    cache = run_tiny(config, tokens, decode, seed)
     held = held_tensors(cache)
     cfg = json.loads(config.to_json_string())  # the config as saved (config.json)
     spec = spec_from_config(cfg, f"tiny-{model_type}", source="transformers config of the cross-check")
