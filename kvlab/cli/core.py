@@ -58,7 +58,6 @@ def cmd_bytes(args):
     if a.engine.source:
         out["engine_rule"] = a.engine.source
     if par.gpus > 1:
-        b = share.busiest
         out.update(gpus=par.gpus, tp=par.tp, dcp=par.dcp, pp=par.pp,
                    per_gpu_bytes_per_token=_num(share.per_gpu_bytes_per_token),
                    per_gpu_exact_bytes_per_token=_num(share.per_gpu_exact_bytes_per_token),

@@ -54,4 +54,6 @@ def families() -> dict[str, str]:
 
 from . import dense, mla, deepseek_v4, qwen3_next, mamba, lfm2, kimi_linear, minimax  # noqa: E402,F401  (register)
 
+MODULES = (dense, mla, deepseek_v4, qwen3_next, mamba, lfm2, kimi_linear, minimax)  # importing them registers them
+
 FAMILIES = families()

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..checks import need_int
-from ..engines import EXACT, Engine, sglang, trtllm
+from ..engines import Engine, sglang, trtllm
 from ..errors import ConfigError, ParameterError, UnknownFormatError
 from ..formats import Format, dtype_format, get_format
 from ..layout import Entry, KVFormats, Part, Shard
@@ -228,5 +228,5 @@ def kv_heads_of(c: dict, name: str, heads: int) -> int:
     return kv
 
 
-__all__ = ["Family", "Split", "SCHEMES", "EXACT", "shared_heads", "check_heads", "dtype_of", "named_dtype",
+__all__ = ["Family", "Split", "SCHEMES", "shared_heads", "check_heads", "dtype_of", "named_dtype",
            "dense_engine", "cfg_int", "cfg_int_list", "cfg_layer_ids", "head_dim_of", "kv_heads_of"]

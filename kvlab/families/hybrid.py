@@ -28,8 +28,8 @@ from ..engines import Engine
 from ..errors import ConfigError, ParameterError
 from ..formats import Format, get_format
 from ..layout import Component, Entry, LayerCache, Part
-from .base import (VLLM_DCP_DOC, VLLM_KV_HEADS, Family, Split, cfg_int, check_heads, dtype_of, head_dim_of,
-                   kv_heads_of, named_dtype)
+from .base import (VLLM_DCP_DOC, VLLM_KV_HEADS, Family, Split, cfg_int, check_heads, head_dim_of, kv_heads_of,
+                   named_dtype)
 from .dense import attention_layer, check_dcp
 
 KIND_NAMES = {  # layer-type names across transformers' layer_types, legacy names and family patterns -> kind

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..engines import VLLM_MLA
 from ..errors import ConfigError
 from ..layout import Part
-from .base import Family, Split, cfg_int
+from .base import Family, cfg_int
 from .hybrid import STATE_SPLIT, HybridFamily, conv_part, divide, hybrid_vllm_engine, listed_kinds
 from .mla import Mla
 from . import register
