@@ -6,7 +6,7 @@ from fractions import Fraction
 
 from .checks import need_list, need_type
 from .engines import Allocation, allocate
-from .errors import KvlabError
+from .errors import KvlabError, ParameterError
 from .formats import get_format
 from .layout import SCHEMES, Layout, build_layout
 from .models import catalog_names, load_model
@@ -90,6 +90,9 @@ class BytesPerTokenParams(NotebookParams):
     layout: str  # how it is counted: storage | vllm | bf16
     context_tokens: int  # session length for the cost at the end
     compare_formats: list  # formats for the catalog table
+    k_format: str  # keys' own format, with v_format instead of kv_format ("": kv_format / the layout's own)
+    v_format: str  # values' own format (an MLA latent counts as keys, its RoPE key as values)
+    hybrid_models: list  # models for the hybrid table
     alloc: Allocation = field(init=False, repr=False)  # the model laid out and allocated as asked
 
     def __post_init__(self):
@@ -97,10 +100,17 @@ class BytesPerTokenParams(NotebookParams):
         self.need_int("context_tokens")
         for f in self.need_names("compare_formats"):
             self.need_lookup("compare_formats", get_format, f)
-        if self.need_text("kv_format"):
-            self.need_lookup("kv_format", get_format)
+        for name in ("kv_format", "k_format", "v_format"):
+            if self.need_text(name):
+                self.need_lookup(name, get_format)
+        if self.kv_format and (self.k_format or self.v_format):
+            raise ParameterError("parameters kv_format and k_format / v_format: give one or the other, not both")
+        for m in self.need_names("hybrid_models"):
+            self.need_lookup("hybrid_models", load_model, m)
         self.need_lookup("model", load_model, self.need_text("model"))
-        self.alloc = self.need_lookup("model", lambda m: allocate(m, self.layout, self.kv_format or None))
+        self.alloc = self.need_lookup("model", lambda m: allocate(m, self.layout, self.kv_format or None,
+                                                                  k_format=self.k_format or None,
+                                                                  v_format=self.v_format or None))
 
 
 @dataclass
@@ -122,3 +132,22 @@ class DeepSeek890Params(NotebookParams):
             self.need_lookup(name, build_layout, self.need_text(name))
         self.layout = self.need_lookup("model", lambda m: build_layout(m, "storage", self.kv_format or None),
                                    self.need_text("model"))
+
+
+def state_table(models: list[str], lengths: list[int], scheme: str = "storage") -> list[dict]:
+    """Hybrid (attention + linear / SSM) models beside each other: bytes per token (attention KV, growing), the
+    fixed-size state per session (whatever its length), and a session's bytes at each length."""
+    rows = []
+    for name in need_list("models", models, "a list of model names"):
+        L = build_layout(name, scheme)
+        kinds = L.model.layer_kinds
+        row = {"model": L.model.name, "family": L.model.family,
+               "attention layers": sum(k in ("attention", "hybrid") for k in kinds) if kinds else len(L.layers),
+               "state layers": sum(k in ("linear", "hybrid") for k in kinds),
+               "bytes_per_token": _num(L.bytes_per_token), "state_bytes": L.state_bytes}
+        for t in need_list("lengths", lengths, "a list of token counts"):
+            s = L.session(t)
+            row[f"session_{t}"] = s.total
+            row[f"state_share_{t}"] = round(L.state_bytes / s.total, 4) if s.total else None
+        rows.append(row)
+    return rows

@@ -2,16 +2,25 @@
 
 A `Layout` lists, per layer, the cached `Component`s: K and V heads, an MLA latent with its
 RoPE key, indexer keys, compressed entries at ratio m, sliding-window buffers, compressor
-tails. Layers that reuse another layer's cache store nothing. From it come bytes per token
-(what grows with context), bounded bytes (windows, tails, per-tensor scales) and exact
+tails, and the fixed-size convolution / recurrent state of linear-attention and SSM layers.
+Layers that reuse another layer's cache store nothing. From it come bytes per token (what
+grows with context), bounded bytes (windows, tails, states, per-tensor scales) and exact
 session bytes for T tokens. Sizes come from `kvlab.formats` only.
+
+Which components a layer holds is its family's knowledge (`kvlab.families`: one module per
+family, behind a registry); this module holds the data types and the one entry point,
+`build_layout`.
 
 Schemes say which format each component takes:
   storage  the format the model's own implementation stores (checkpoint dtype for dense models,
-           DeepSeek's FP8/FP4 entries for V3.2 / V4 / V4.1)
-  vllm     what vLLM allocates (same entries, V4 indexer in FP8; paging in `kvlab.engines`)
+           DeepSeek's FP8/FP4 entries for V3.2 / V4 / V4.1, transformers' state dtypes for hybrids)
+  vllm     what vLLM allocates (same entries, V4 indexer in FP8, vLLM's state shapes; paging in
+           `kvlab.engines`)
   bf16     everything in BF16 (how third-party posts count it)
-`kv_format` overrides the format of every cached component with one uniform format.
+`kv_format` overrides the format of every cached attention component with one uniform format;
+`k_format` / `v_format` give keys and values their own (an MLA latent counts as keys, its RoPE key
+as values). A `Shard` selects the part one GPU holds under tensor, decode-context and pipeline
+parallelism (kvlab.serving.parallel).
 """
 from __future__ import annotations
 
@@ -19,8 +28,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .checks import cdiv, need_int
-from .errors import ConfigError, ParameterError, UnknownFormatError
-from .formats import Format, dtype_format, get_format
+from .errors import ParameterError
+from .formats import Format, get_format
 from .models import ModelSpec, load_model
 
 SCHEMES = ("storage", "vllm", "bf16")
@@ -30,7 +39,7 @@ SCHEMES = ("storage", "vllm", "bf16")
 class Part:
     """A run of elements inside one entry, all in one format."""
 
-    name: str  # "k", "latent", "nope", "rope", ...
+    name: str  # "k", "latent", "nope", "rope", "conv", "ssm", ...
     elements: int  # values in this part
     fmt: Format  # their number format
 
@@ -41,7 +50,7 @@ class Part:
 
 @dataclass(frozen=True)
 class Entry:
-    """One stored vector (a KV head for one token, a latent, a compressed entry)."""
+    """One stored vector (a KV head for one token, a latent, a compressed entry, a layer's state)."""
 
     parts: tuple[Part, ...]  # concatenated parts
     align: int = 1  # the entry's bytes are rounded up to a multiple of this
@@ -76,15 +85,18 @@ class Entry:
 
 @dataclass(frozen=True)
 class Component:
-    """One kind of state a layer caches: growing (every token or every m-th), a sliding window, or the
-    tail of a compressed component (its < m pending tokens)."""
+    """One kind of state a layer caches: growing (every token or every m-th), a sliding window, the
+    tail of a compressed component (its < m pending tokens), or a fixed-size state (a linear-attention
+    or SSM layer's convolution and recurrent state: one per sequence, whatever its length)."""
 
-    role: str  # "k", "v", "latent", "index", "main", "swa", "tail"
+    role: str  # "k", "v", "latent", "index", "main", "swa", "tail", "state"
     entry: Entry  # what one stored entry is
     copies: int = 1  # entries per stored position (KV heads)
     ratio: int = 1  # tokens per entry (1 = every token; m = compressed; a tail: its owner's m)
     window: int | None = None  # keeps only the last `window` tokens (bounded); None grows
     tail_of: str | None = None  # a compressor tail: role of the compressed component whose pending tokens it holds
+    state: bool = False  # a fixed-size per-sequence state (held from the first token on, never grows)
+    interleave: int = 1  # decode-context-parallel ranks its entries are interleaved over (this GPU keeps 1 in n)
 
     def __post_init__(self):
         if self.tail_of is not None and (self.ratio < 2 or self.window is not None):
@@ -92,6 +104,11 @@ class Component:
                                  f"got ratio {self.ratio}, window {self.window}")
         if self.window is not None and self.ratio != 1:
             raise ParameterError(f"{self.role}: a windowed component keeps tokens (ratio 1), got ratio {self.ratio}")
+        if self.state and (self.window is not None or self.tail_of is not None or self.ratio != 1):
+            raise ParameterError(f"{self.role}: a fixed-size state has no window, tail or ratio")
+        if self.interleave != 1 and not self.grows:
+            raise ParameterError(f"{self.role}: only growing components are interleaved over context-parallel "
+                                 f"ranks, got interleave {self.interleave} on a bounded one")
 
     @property
     def key(self) -> str:
@@ -100,7 +117,7 @@ class Component:
 
     @property
     def grows(self) -> bool:
-        return self.window is None and self.tail_of is None
+        return self.window is None and self.tail_of is None and not self.state
 
     @property
     def entry_bytes(self) -> int:
@@ -108,22 +125,27 @@ class Component:
 
     @property
     def bytes_per_token(self) -> Fraction:
-        return Fraction(self.entry_bytes, self.ratio) if self.grows else Fraction(0)
+        return Fraction(self.entry_bytes, self.ratio * self.interleave) if self.grows else Fraction(0)
 
     def entries(self, tokens: int) -> int:
         """Entries held after `tokens` tokens (a partly filled compressed entry counts: ceil; a tail holds
-        the T mod m tokens not yet closed into an entry)."""
+        the T mod m tokens not yet closed into an entry; a state is one entry once a token was seen; with
+        entries interleaved over n ranks, the first rank's share: ceil(entries / n))."""
         if self.tail_of is not None:
             return tokens % self.ratio
+        if self.state:
+            return 1 if tokens else 0
         if self.window is not None:
             return min(tokens, self.window)
-        return cdiv(tokens, self.ratio)
+        return cdiv(tokens, self.ratio * self.interleave)
 
     @property
     def max_entries(self) -> int | None:
-        """Most entries a bounded component ever holds (window W, tail m - 1); None for growing ones."""
+        """Most entries a bounded component ever holds (window W, tail m - 1, state 1); None for growing ones."""
         if self.tail_of is not None:
             return self.ratio - 1
+        if self.state:
+            return 1
         return self.window
 
     def bytes_at(self, tokens: int) -> int:
@@ -135,7 +157,7 @@ class LayerCache:
     """What one layer caches."""
 
     index: int  # layer number
-    mode: str  # "full", "swa", "csa", "hca", "reuse", "reindex", ...
+    mode: str  # "full", "swa", "csa", "hca", "reuse", "reindex", "linear", "hybrid", ...
     components: tuple[Component, ...] = ()  # what it stores (empty when it reuses another's)
     source: int | None = None  # layer whose entries it reads, when it stores none itself
 
@@ -146,7 +168,7 @@ class SessionBytes:
 
     tokens: int  # context length
     growing: int  # state that grows with context (per-token entries, compressed entries)
-    bounded: int  # windows, compressor tails and per-tensor scales at this length
+    bounded: int  # windows, compressor tails, fixed-size states and per-tensor scales at this length
 
     @property
     def total(self) -> int:
@@ -154,14 +176,64 @@ class SessionBytes:
 
 
 @dataclass(frozen=True)
+class Shard:
+    """The part of a model's cache one GPU holds (kvlab.serving.parallel gives the rules and their sources)."""
+
+    tp: int = 1  # tensor-parallel ranks the attention heads (and linear-layer heads) are split over
+    dcp: int = 1  # decode-context-parallel ranks the split components' entries are interleaved over
+    pp: int = 1  # pipeline stages
+    stage: int = 0  # which stage this GPU is (it holds that stage's layers only)
+
+    def __post_init__(self):
+        need_int("tp", self.tp, 1)
+        need_int("dcp", self.dcp, 1)
+        need_int("pp", self.pp, 1)
+        need_int("stage", self.stage, 0, self.pp - 1)
+
+    @property
+    def whole(self) -> bool:
+        return self.tp == self.dcp == self.pp == 1
+
+    def label(self) -> str:
+        parts = [f"TP {self.tp}"] + ([f"DCP {self.dcp}"] if self.dcp > 1 else []) + (
+            [f"PP stage {self.stage} of {self.pp}"] if self.pp > 1 else [])
+        return ", ".join(parts)
+
+
+WHOLE = Shard()
+
+
+@dataclass(frozen=True)
+class KVFormats:
+    """The format overrides of one layout: keys and values (an MLA latent counts as keys, its RoPE key as
+    values); None keeps the scheme's own format."""
+
+    k: Format | None = None  # keys / the MLA latent (and indexer keys)
+    v: Format | None = None  # values / the MLA RoPE key
+
+    @property
+    def uniform(self) -> bool:
+        """One format for everything (or none): what a plain `kv_format` describes."""
+        return self.k == self.v
+
+    @property
+    def label(self) -> str | None:
+        """The layout's `kv_format`: the format's name, 'k=A v=B' when they differ, None when unset."""
+        if self.uniform:
+            return self.k.name if self.k else None
+        return f"k={self.k.name if self.k else 'default'} v={self.v.name if self.v else 'default'}"
+
+
+@dataclass(frozen=True)
 class Layout:
-    """The per-layer cache of one model under one scheme and format."""
+    """The per-layer cache of one model under one scheme and format (on one GPU, when sharded)."""
 
     model: ModelSpec  # the model it was derived from
     scheme: str  # "storage", "vllm" or "bf16"
-    kv_format: str | None  # uniform override format, if any
-    layers: tuple[LayerCache, ...]  # one per decoder layer
+    kv_format: str | None  # override format(s), if any: a name, or 'k=A v=B'
+    layers: tuple[LayerCache, ...]  # one per decoder layer (one stage's layers when sharded)
     notes: tuple[str, ...] = field(default=())  # assumptions behind the layout
+    shard: Shard = WHOLE  # the part of the model one GPU holds (WHOLE: the whole model)
 
     def components(self, grows: bool | None = None):
         """(layer, component) pairs; grows=True / False keeps growing / bounded ones."""
@@ -169,6 +241,12 @@ class Layout:
             for c in layer.components:
                 if grows is None or c.grows == grows:
                     yield layer, c
+
+    @property
+    def family(self):
+        """The model family (kvlab.families) that built this layout."""
+        from .families import get_family
+        return get_family(self.model.family)
 
     @property
     def bytes_per_token(self) -> Fraction:
@@ -182,8 +260,13 @@ class Layout:
 
     @property
     def bounded_bytes(self) -> int:
-        """Bounded state once every window and tail is full, per-tensor scales included."""
+        """Bounded state once every window and tail is full, fixed-size states and per-tensor scales included."""
         return sum(c.entry_bytes * c.max_entries for _, c in self.components(False)) + self.tensor_bytes
+
+    @property
+    def state_bytes(self) -> int:
+        """Fixed-size per-sequence state (linear-attention / SSM layers), part of `bounded_bytes`."""
+        return sum(c.entry_bytes for _, c in self.components(False) if c.state)
 
     def session(self, tokens: int) -> SessionBytes:
         """Exact bytes after `tokens` tokens: growing entries (ceil per compressed entry) + bounded state."""
@@ -196,12 +279,12 @@ class Layout:
     def entries_per_token(self) -> Fraction:
         """Positions (main entries) stored per token, summed over layers."""
         main = {"k", "latent", "main"}
-        return sum((Fraction(1, c.ratio) for _, c in self.components(True) if c.role in main), Fraction(0))
+        return sum((Fraction(1, c.ratio * c.interleave) for _, c in self.components(True) if c.role in main),
+                   Fraction(0))
 
     def explain(self) -> list[str]:
         """A step-by-step derivation of bytes per token, with the numbers in it."""
-        from .explain import explain_layout
-        return explain_layout(self)
+        return self.family.explain(self)
 
     def rows(self) -> list[dict]:
         """One row per (layer, component): for tables."""
@@ -223,151 +306,37 @@ def check_tokens(tokens) -> int:
     return need_int("tokens", tokens, 0)
 
 
-# --- the formats each scheme gives each role --------------------------------------------------
-# ENTRY_FORMATS[(family, scheme)][role]: a list of (part, format) where part is "all", "nope" or "rope"
-# ("latent" for MLA). None as a format means the checkpoint dtype. Sources: the models' config.json files and
-# model cards (DeepSeek-V3.2, V4-Flash, V4.1-Flash), deepseek-ai/FlashMLA's fp8_ds_mla layout, vLLM's allocation.
-V4_ENTRY = (("nope", "fp8_e4m3_b64_ue8m0"), ("rope", "bf16"))  # 448 + 7 + 128 = 583 -> 584 B (align 8)
-FP8_DS_MLA = (("latent", "fp8_e4m3_b128"), ("rope", "bf16"))  # 512 + 16 + 128 = 656 B (FlashMLA / vLLM)
-ENTRY_FORMATS: dict[tuple[str, str], dict[str, tuple]] = {
-    ("dense", "storage"): {"kv": (("all", None),)},
-    ("dense", "vllm"): {"kv": (("all", None),)},
-    ("mla", "storage"): {"latent": (("latent", None), ("rope", None))},
-    ("mla", "vllm"): {"latent": (("latent", None), ("rope", None))},
-    ("mla_dsa", "storage"): {"latent": FP8_DS_MLA, "index": (("all", "fp8_e4m3_b128"),)},
-    ("mla_dsa", "vllm"): {"latent": FP8_DS_MLA, "index": (("all", "fp8_e4m3_b128"),)},
-    ("dsv4", "storage"): {"main": V4_ENTRY, "index": (("all", "mxfp4"),), "swa": V4_ENTRY},
-    ("dsv4", "vllm"): {"main": V4_ENTRY, "index": (("all", "fp8_e4m3_b128"),), "swa": V4_ENTRY},
-    ("dsv41", "storage"): {"main": (("all", "nvfp4"),), "index": (("all", "mxfp4"),), "swa": V4_ENTRY},
-}
-ALIGN = {("dsv4", "main"): 8, ("dsv4", "swa"): 8, ("dsv41", "swa"): 8}  # V4's 583 B entry is stored as 584 B
+def kv_formats(kv_format=None, k_format=None, v_format=None) -> KVFormats:
+    """The format overrides: `kv_format` for keys and values alike, or `k_format` / `v_format` apart."""
+    if kv_format is not None and (k_format is not None or v_format is not None):
+        raise ParameterError("give kv_format, or k_format and/or v_format, not both")
+    if kv_format is not None:
+        f = get_format(kv_format)
+        return KVFormats(f, f)
+    return KVFormats(None if k_format is None else get_format(k_format),
+                     None if v_format is None else get_format(v_format))
 
 
-def _entry(spec: ModelSpec, family: str, scheme: str, role: str, dims: dict[str, int],
-           kv_format: Format | None) -> Entry:
-    """Build the entry of `role` with part sizes `dims` under a scheme or a uniform format."""
-    if kv_format is not None or scheme == "bf16":
-        fmt = kv_format or get_format("bf16")
-        return Entry((Part(role, sum(dims.values()), fmt),))
-    recipe = ENTRY_FORMATS.get((family, scheme))
-    if recipe is None:
-        raise ParameterError(f"{spec.name}: no published {scheme!r} layout for a {family} model "
-                             f"({spec.description}); use one of: "
-                             f"{', '.join(s for s in SCHEMES if (family, s) in ENTRY_FORMATS or s == 'bf16')}")
-    parts = []
-    for part, fname in recipe[role]:
-        n = sum(dims.values()) if part == "all" else dims[part]
-        parts.append(Part(role if part == "all" else part, n,
-                          _dtype_format(spec) if fname is None else get_format(fname)))
-    return Entry(tuple(parts), ALIGN.get((family, role), 1) if kv_format is None else 1)
-
-
-def _dtype_format(spec: ModelSpec) -> Format:
-    """The checkpoint dtype's format, or a ConfigError naming the model and the field."""
-    try:
-        return dtype_format(spec.torch_dtype)
-    except UnknownFormatError as e:
-        raise ConfigError(f"{spec.name}: {e}") from None
-
-
-def build_layout(model: str | ModelSpec, scheme: str = "storage", kv_format: str | Format | None = None) -> Layout:
-    """The cache layout of a model (catalog name, config path or spec) under a scheme and format."""
+def build_layout(model: str | ModelSpec, scheme: str = "storage", kv_format: str | Format | None = None, *,
+                 k_format: str | Format | None = None, v_format: str | Format | None = None,
+                 shard: Shard | None = None) -> Layout:
+    """The cache layout of a model (catalog name, config path, Hub id or spec) under a scheme and format;
+    with `shard`, the part one GPU holds (its stage's layers, its share of heads and of interleaved tokens)."""
     spec = load_model(model)
     if scheme not in SCHEMES:
         raise ParameterError(f"unknown layout scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
-    fmt = get_format(kv_format) if kv_format is not None else None
-    builder = {"dense": _dense, "mla": _mla, "mla_dsa": _mla, "dsv4": _dsv4, "dsv41": _dsv41}[spec.family]
-    layers, notes = builder(spec, scheme, fmt)
-    return Layout(spec, scheme, fmt.name if fmt else None, tuple(layers), tuple(notes))
-
-
-def _dense(spec, scheme, fmt):
-    e = _entry(spec, "dense", scheme, "kv", {"all": spec.head_dim}, fmt)
-    layers = []
-    for i, w in enumerate(spec.layer_windows or (None,) * spec.num_layers):
-        comps = tuple(Component(r, e, copies=spec.num_kv_heads, window=w) for r in ("k", "v"))
-        layers.append(LayerCache(i, "sliding" if w else "full", comps))
-    notes = []
-    if any(spec.layer_windows):
-        notes.append("sliding-window layers keep only their last `sliding_window` tokens: bounded, not per-token")
-    return layers, notes
-
-
-def _mla(spec, scheme, fmt):
-    family = spec.family
-    lat = _entry(spec, family, scheme, "latent", {"latent": spec.kv_lora_rank, "rope": spec.qk_rope_head_dim}, fmt)
-    comps = [Component("latent", lat)]
-    if spec.index_head_dim:
-        comps.append(Component("index", _entry(spec, family, scheme, "index", {"all": spec.index_head_dim}, fmt)))
-    notes = ["MLA caches one latent (kv_lora_rank) plus the decoupled RoPE key per token per layer, shared by all heads"]
-    return [LayerCache(i, "mla", tuple(comps)) for i in range(spec.num_layers)], notes
-
-
-def _v4_entries(spec, scheme, fmt) -> tuple[Entry, Entry, Entry]:
-    """(main entry, indexer key, SWA entry) of a DeepSeek V4-family model; main and SWA entries are NoPE + RoPE."""
-    dims = {"nope": spec.head_dim - spec.qk_rope_head_dim, "rope": spec.qk_rope_head_dim}
-    return (_entry(spec, spec.family, scheme, "main", dims, fmt),
-            _entry(spec, spec.family, scheme, "index", {"all": spec.index_head_dim}, fmt),
-            _entry(spec, spec.family, scheme, "swa", dims, fmt))
-
-
-def _tail(owner: Component, entry_dims: int, overlap: bool) -> Component:
-    """The tail of compressed component `owner`: the kv and gate projections of its < m pending tokens, in BF16.
-
-    Assumption (documented, bounded): an overlapping (CSA) compressor keeps projections of width
-    2d, a non-overlapping (HCA) one width d, as in DeepSeek's reference compressor."""
-    width = 2 * entry_dims * (2 if overlap else 1)  # kv + gate
-    return Component("tail", Entry((Part("tail", width, get_format("bf16")),)), ratio=owner.ratio,
-                     tail_of=owner.role)
-
-
-def _dsv4(spec, scheme, fmt):
-    main, index, swa = _v4_entries(spec, scheme, fmt)
-    layers = []
-    for i, m in enumerate(spec.compress_ratios):
-        comps = [Component("swa", swa, window=spec.sliding_window)]
-        if m:
-            csa = m < 128  # CSA layers carry indexer keys; HCA (m = 128) do not
-            owners = [(Component("main", main, ratio=m), spec.head_dim, csa)]
-            if csa:
-                owners.append((Component("index", index, ratio=m), spec.index_head_dim, True))
-            comps += [c for c, _, _ in owners]
-            if m > 1:
-                comps += [_tail(c, dims, overlap) for c, dims, overlap in owners]
-        layers.append(LayerCache(i, "swa" if not m else ("csa" if m < 128 else "hca"), tuple(comps)))
-    notes = ["every layer keeps a sliding window of `sliding_window` tokens (bounded)",
-             "CSA layers (ratio 4) store a compressed entry and an indexer key per 4 tokens; HCA (ratio 128) "
-             "an entry per 128 tokens and no indexer key",
-             "compressor tails (pending tokens' kv and gate projections, BF16) are bounded state"]
-    return layers, notes
-
-
-def _dsv41(spec, scheme, fmt):
-    main, index, swa = _v4_entries(spec, scheme, fmt)
-    sources = sorted(spec.kv_source_layers)
-    layers = []
-    for i, m in enumerate(spec.compress_ratios):
-        comps = [Component("swa", swa, window=spec.sliding_window)]
-        if not m:
-            layers.append(LayerCache(i, "swa", tuple(comps)))
-            continue
-        if i in sources:
-            owners = [(Component("main", main, ratio=m), spec.head_dim), (Component("index", index, ratio=m),
-                                                                           spec.index_head_dim)]
-            comps += [c for c, _ in owners]
-            if m > 1:
-                comps += [_tail(c, dims, True) for c, dims in owners]
-            layers.append(LayerCache(i, "full", tuple(comps)))
-        else:
-            src = max((s for s in sources if s <= i), default=None)
-            mode = "reindex" if i in spec.index_source_layers else "reuse"
-            layers.append(LayerCache(i, mode, tuple(comps), source=src))
-    notes = ["only kv_source_layer_ids (Full layers) store entries; Reindex and Reuse layers read their source's "
-             "entries and store none",
-             "index_source_layer_ids that are not KV sources (Reindex layers) are assumed to score over their "
-             "source's indexer keys and store none (the published 890 B/token requires it)",
-             "every layer keeps a 128-token FP8 sliding window (bounded; V4's 584 B entry assumed)"]
-    return layers, notes
+    fmts = kv_formats(kv_format, k_format, v_format)
+    shard = WHOLE if shard is None else shard
+    if not isinstance(shard, Shard):
+        raise ParameterError(f"shard must be a kvlab.layout.Shard, got {type(shard).__name__}")
+    from .families import get_family
+    family = get_family(spec.family)
+    layers, notes = family.build(spec, scheme, fmts, shard)
+    if shard.pp > 1:
+        from .serving.parallel import stage_layers
+        keep = set(stage_layers(spec.num_layers, shard.pp, shard.stage))
+        layers = [l for l in layers if l.index in keep]
+    return Layout(spec, scheme, fmts.label, tuple(layers), tuple(notes), shard)
 
 
 def bytes_per_token(model, scheme: str = "storage", kv_format=None) -> Fraction:

@@ -35,7 +35,10 @@ from kvlab.nb import runner
 from kvlab.nb.record import read_results
 from kvlab.quant import QuantizeError, kivi_quantize, quantize
 from kvlab.quant.ranges import max_input
+from kvlab.layout import Shard
 from kvlab.serving import capacity, hardware
+from kvlab.serving.budget import kv_budget
+from kvlab.serving.parallel import Parallelism, per_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,6 +142,27 @@ CLI_ARGS = [
     ("unknown command", ["bites"], ["'bites'"]),
     ("missing model", ["bytes"], ["model"]),
     ("unknown option", ["models", "--fast"], ["--fast"]),
+    ("TP 0", ["bytes", "qwen3-8b", "--tp", "0"], ["--tp", ">= 1", "'0'"]),
+    ("DCP as a word", ["bytes", "deepseek-v3", "--tp", "8", "--dcp", "all"], ["--dcp", "'all'"]),
+    ("DCP not dividing TP", ["bytes", "deepseek-v3", "--tp", "8", "--dcp", "3"], ["DCP 3 must divide TP 8"]),
+    ("DCP beyond TP / KV heads", ["bytes", "qwen3-8b", "--tp", "8", "--dcp", "2"],
+     ["DCP 2 exceeds TP / KV heads = 8 / 8 = 1"]),
+    ("heads not split by TP", ["bytes", "qwen3-8b", "--tp", "3"], ["32 attention heads", "TP 3"]),
+    ("more stages than layers", ["bytes", "qwen3-8b", "--pp", "37"], ["PP 37", "36 layers"]),
+    ("DP attention with DCP", ["sessions", "deepseek-v3", "--gpu", "H200", "--context", "1000", "--tp", "8", "--dcp",
+                               "8", "--dp-attention"], ["data-parallel attention", "DCP 8"]),
+    ("unknown engine", ["bytes", "qwen3-8b", "--engine", "tgi"], ["--engine", "'tgi'", "sglang"]),
+    ("a KV dtype the engine lacks", ["bytes", "qwen3-8b", "--engine", "sglang", "--kv-format", "nvfp4"],
+     ["sglang does not store KV as nvfp4", "fp4_e2m1"]),
+    ("no SGLang layout for V4", ["bytes", "deepseek-v4-flash", "--engine", "sglang"], ["no published sglang layout"]),
+    ("page size 0", ["bytes", "qwen3-8b", "--engine", "sglang", "--page-size", "0"], ["--page-size", ">= 1"]),
+    ("kv and k formats both", ["bytes", "qwen3-8b", "--kv-format", "fp8", "--k-format", "nvfp4"], ["not both"]),
+    ("unknown key format", ["bytes", "qwen3-8b", "--k-format", "fp9"], ["'fp9'", "nvfp4"]),
+    ("K / V formats on V4", ["bytes", "deepseek-v4-flash", "--k-format", "fp8_e4m3", "--v-format", "nvfp4"],
+     ["one kv_format"]),
+    ("memory fraction 0", ["sessions", "qwen3-8b", "--gpu", "H100", "--context", "1000", "--memory-fraction", "0"],
+     ["--memory-fraction", "(0, 1]"]),
+    ("Hub-style id with a path in it", ["bytes", "org/name/config.json"], ["unknown model", "Hub id"]),
     ("infinite HBM budget", ["simulate", "--model", "qwen3-8b", "--hbm-gb", "inf"], ["--hbm-gb", "finite"]),
     ("HBM budget 1e300", ["simulate", "--model", "qwen3-8b", "--hbm-gb", "1e300"], ["--hbm-gb"]),
 ]
@@ -253,6 +277,23 @@ CONFIGS = [
     ("text_config not an object", _edited("qwen3-8b", text_config="qwen"), ["'text_config'", "str"]),
     ("no architecture fields", {"model_type": "mystery", "num_hidden_layers": 4}, ["unknown architecture",
                                                                                   "'mystery'"]),
+    ("hybrid pattern with an unknown layer", {"model_type": "nemotron_h", "hybrid_override_pattern": "MX*",
+                                              "num_attention_heads": 4, "head_dim": 16}, ["'hybrid_override_pattern'",
+                                                                                          "M, *, -, E"]),
+    ("Jamba attention offset past its period", {"model_type": "jamba", "num_hidden_layers": 4, "attn_layer_period": 2,
+                                                "attn_layer_offset": 2, "num_attention_heads": 4, "hidden_size": 64},
+     ["'attn_layer_offset' (2)", "'attn_layer_period' (2)"]),
+    ("Qwen3-Next without its linear heads", {"model_type": "qwen3_next", "num_hidden_layers": 4,
+                                             "num_attention_heads": 4, "head_dim": 16}, ["'linear_num_key_heads'"]),
+    ("MiniMax without a layer pattern", {"model_type": "minimax", "num_hidden_layers": 2, "num_attention_heads": 4,
+                                         "head_dim": 16}, ["'attn_type_list'"]),
+    ("Kimi Linear layer out of range", {"model_type": "kimi_linear", "num_hidden_layers": 2, "num_attention_heads": 4,
+                                        "head_dim": 16, "kv_lora_rank": 8, "qk_rope_head_dim": 8,
+                                        "linear_attn_config": {"full_attn_layers": [2], "kda_layers": [3]}},
+     ["linear_attn_config names layer 3", "1-2"]),
+    ("hybrid layer_types with an unknown kind", {"model_type": "lfm2", "num_hidden_layers": 2, "num_attention_heads": 4,
+                                                 "hidden_size": 64, "layer_types": ["conv", "ssm"]},
+     ["'layer_types'", "layer 1", "'ssm'"]),
 ]
 
 
@@ -328,6 +369,17 @@ DEGENERATE = [
     ("vLLM plan of negative memory", lambda: capacity.vllm_plan("qwen3-8b", -1, 1000), ParameterError,
      ["available_bytes", ">= 0"]),
     ("session of -1 tokens", lambda: build_layout("qwen3-8b").session(-1), ParameterError, ["tokens", "-1"]),
+    ("TP 0", lambda: Parallelism(tp=0), ParameterError, ["tp", ">= 1", "0"]),
+    ("DP attention as text", lambda: Parallelism(tp=8, dp_attention="yes"), WrongTypeError, ["dp_attention", "'yes'"]),
+    ("a deployment as a number", lambda: per_gpu("qwen3-8b", 8), WrongTypeError, ["parallel", "Parallelism"]),
+    ("a stage beyond the pipeline", lambda: Shard(pp=2, stage=2), ParameterError, ["stage", "<= 1"]),
+    ("a shard as text", lambda: build_layout("qwen3-8b", shard="TP 8"), ParameterError, ["shard", "Shard"]),
+    ("unknown engine for a plan", _plan(engine="tgi"), ParameterError, ["engine", "'tgi'", "sglang"]),
+    ("memory fraction above 1", lambda: kv_budget("sglang", hardware.get_gpu("H200"), 0, 0, fraction=1.5),
+     ParameterError, ["memory fraction", "(0, 1]"]),
+    ("a plan of an allocation with TP", lambda: capacity.plan(allocate("qwen3-8b"), "H200", 1000,
+                                                              parallel=Parallelism(tp=2)),
+     ParameterError, ["model name or spec", "Allocation"]),
     ("session of NaN tokens", lambda: build_layout("qwen3-8b").session(math.nan), ParameterError, ["tokens", "nan"]),
     ("session of 1.5 tokens", lambda: build_layout("qwen3-8b").session(1.5), ParameterError, ["tokens", "1.5"]),
     ("session cost at a NaN hit rate", lambda: capacity.session_cost("qwen3-8b", 1000, math.nan), ParameterError,
@@ -419,8 +471,9 @@ WRONG_KIND = [
     ("unknown scheme", lambda: build_layout("qwen3-8b", "paged"), ParameterError, ["'paged'", "storage, vllm, bf16"]),
     ("format as a number", lambda: build_layout("qwen3-8b", kv_format=4), UnknownFormatError, ["int", "4"]),
     ("format as None", lambda: get_format(None), UnknownFormatError, ["NoneType"]),
-    ("engine as a name", lambda: allocate("qwen3-8b", engine="paged"), WrongTypeError,
-     ["engine", "'paged'", "paged(block_tokens)"]),
+    ("engine as an unknown name", lambda: allocate("qwen3-8b", engine="paged"), ParameterError,
+     ["engine", "'paged'", "vllm, sglang, trtllm", "paged(block_tokens)"]),
+    ("engine as a number", lambda: allocate("qwen3-8b", engine=16), WrongTypeError, ["engine", "16"]),
     ("engine of 0-token pages", lambda: paged(0), ParameterError, ["block_tokens", ">= 1", "0"]),
     ("engine page alignment 0", lambda: paged(16, 0), ParameterError, ["page_align", ">= 1"]),
     ("engine pages of 1.5 tokens", lambda: paged(1.5), WrongTypeError, ["block_tokens", "1.5"]),

@@ -103,3 +103,38 @@ def test_bad_scheme_and_unavailable_layout():
         build_layout("qwen3-8b", "sglang")
     with pytest.raises(ParameterError, match="no published 'vllm' layout"):
         build_layout("deepseek-v4.1-flash", "vllm")
+
+
+# --- keys and values in their own formats ----------------------------------------------------------------------
+def test_k_and_v_formats_apart():
+    L = build_layout("qwen3-8b", k_format="fp8_e4m3", v_format="nvfp4")
+    assert L.kv_format == "k=fp8_e4m3 v=nvfp4"
+    assert L.bytes_per_token == 36 * 8 * (128 + 72)  # K: 128 B FP8 per head; V: 64 + 8 B NVFP4 per head
+    assert L.bytes_per_token == (build_layout("qwen3-8b", kv_format="fp8_e4m3").bytes_per_token
+                                 + build_layout("qwen3-8b", kv_format="nvfp4").bytes_per_token) / 2
+    only_k = build_layout("qwen3-8b", k_format="fp8_e4m3")  # values keep the checkpoint's BF16
+    assert only_k.bytes_per_token == 36 * 8 * (128 + 256) and only_k.kv_format == "k=fp8_e4m3 v=default"
+    assert build_layout("qwen3-8b", k_format="nvfp4", v_format="nvfp4").kv_format == "nvfp4"  # same = uniform
+
+
+def test_mla_latent_and_rope_key_apart():
+    L = build_layout("deepseek-v3", k_format="fp8_e4m3_b128", v_format="bf16")  # fp8_ds_mla's latent / RoPE split
+    assert L.bytes_per_token == 61 * (512 + 16 + 128)
+
+
+def test_split_formats_are_refused_where_keys_and_values_are_one_vector():
+    with pytest.raises(ParameterError, match="one kv_format"):
+        build_layout("deepseek-v4-flash", k_format="fp8_e4m3", v_format="nvfp4")
+    with pytest.raises(ParameterError, match="not both"):
+        build_layout("qwen3-8b", kv_format="fp8_e4m3", k_format="nvfp4")
+
+
+def test_cli_k_and_v_formats(capsys):
+    import json
+    from kvlab.cli import main
+    assert main(["bytes", "qwen3-8b", "--k-format", "fp8_e4m3", "--v-format", "nvfp4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["kv_format"] == "k=fp8_e4m3 v=nvfp4" and out["bytes_per_token"] == 36 * 8 * 200
+    assert main(["sessions", "qwen3-8b", "--gpu", "H100", "--context", "1000", "--k-format", "fp8_e4m3",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["bytes_per_token"] == 36 * 8 * (128 + 256)

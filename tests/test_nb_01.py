@@ -23,6 +23,15 @@ def test_new_parameters_give_new_correct_results(tmp_path):
     assert r["catalog_bytes_per_token"]["qwen3-8b"] == 147456
 
 
+def test_hybrid_rows_and_split_formats(tmp_path):
+    r = run_notebook("01", tmp_path, model="qwen3-8b", k_format="fp8_e4m3", v_format="nvfp4", context_tokens=4096,
+                     compare_formats=["bf16"], hybrid_models=["qwen3-next-80b-a3b", "jamba-v0.1"])
+    assert r["bytes_per_token"] == 36 * 8 * (128 + 72)  # K in FP8, V in NVFP4
+    assert r["hybrid_bytes_per_token"] == {"qwen3-next-80b-a3b": 24_576, "jamba-v0.1": 16_384}
+    assert r["hybrid_state_bytes"]["qwen3-next-80b-a3b"] == 36 * (8192 * 4 * 2 + 32 * 128 * 128 * 4)
+    assert r["catalog_bytes_per_token"]["jamba-v0.1"] == 16_384
+
+
 def test_bad_parameter_stops_in_the_first_cells(tmp_path):
     with pytest.raises(pm.PapermillExecutionError, match="parameter layout must be one of"):
         run_notebook("01", tmp_path, layout="sglang")

@@ -19,6 +19,20 @@ def test_small_run_records_exact_capacity(tmp_path):
     assert r["checklist_sessions_per_gpu"] > 0
 
 
+def test_deployment_table_counts_per_gpu(tmp_path):
+    r = run_notebook("06", tmp_path, models=["qwen3-8b"], gpus=["H200"], contexts=[32_768], prefix_hit_rates=[0.0],
+                     ttls_s=[60], synthetic_sessions=20, checklist_gpu="H200", checklist_context=131_072,
+                     deployment_models=["qwen3-8b", "deepseek-v3"], deployment_size=8)
+    per_gpu = r["deployment_per_gpu_bytes_per_token"]
+    assert per_gpu["qwen3-8b|TP 8"] == 18_432 and per_gpu["qwen3-8b|TP 8 + DCP 8"] is None  # DCP > TP / KV heads
+    assert per_gpu["deepseek-v3|TP 8"] == 70_272 and per_gpu["deepseek-v3|TP 8 + DCP 8"] == 8_784
+    assert per_gpu["deepseek-v3|DP attention 8"] == 70_272
+    from kvlab.serving.parallel import Parallelism
+    cap = plan("deepseek-v3", "H200", 131_072, 0.5, parallel=Parallelism(tp=8, dcp=8),
+               replay_probability=0.0)  # V3 replays nothing: the replay probability does not matter
+    assert r["deployment_sessions"]["deepseek-v3|TP 8 + DCP 8"] == cap.sessions_per_deployment
+
+
 def test_bad_parameter_stops_early(tmp_path):
     with pytest.raises(pm.PapermillExecutionError, match="parameter gpus must be one of"):
         run_notebook("06", tmp_path, gpus=["A100"])

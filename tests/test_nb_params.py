@@ -1,12 +1,15 @@
 """kvlab.nb.params: one clear ParameterError naming the parameter, from every notebook's parameters dataclass."""
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import pytest
 
 from kvlab.errors import ParameterError
 from kvlab.nb.params import NotebookParams
 from kvlab.sim.tiering import TieringParams
+from kvlab.compare import BytesPerTokenParams
+from kvlab.nb.runner import NOTEBOOK_DIR as NOTEBOOKS
 from kvlab.serving.capacity import SessionsParams
 
 
@@ -71,12 +74,26 @@ def test_notebook_07_parameters(bad, match):
         TieringParams.of({**TIERING, **bad})
 
 
+def notebook_defaults(stem: str) -> dict:
+    """The names a notebook's parameters cell defines, run as the notebook runs it."""
+    cells = json.loads((NOTEBOOKS / f"{stem}.ipynb").read_text())["cells"]
+    cell = next(c for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
+    namespace: dict = {}
+    exec("".join(cell["source"]), namespace)
+    return {k: v for k, v in namespace.items() if not k.startswith("__")}
+
+
+def test_every_notebook_default_is_accepted():
+    """The dataclass and the parameters cell agree: the cell's defaults build it, its names are its fields."""
+    for stem, cls in (("06_sessions_per_gpu", SessionsParams), ("07_tiering_on_traces", TieringParams),
+                      ("01_kv_bytes_per_token", BytesPerTokenParams)):
+        defaults = notebook_defaults(stem)
+        cls.of(defaults)
+        assert set(defaults) == {f.name for f in fields(cls) if f.init}, stem
+
+
 def test_notebook_06_parameters():
-    p = dict(models=["qwen3-8b"], gpus=["h100"], contexts=[131_072], prefix_hit_rates=[0.0, 0.5], ttls_s=[60],
-             utilization=0.9, activation_gb=4.0, synthetic_sessions=20, seed=0, checklist_model="deepseek-v4.1-flash",
-             checklist_gpu="H200", checklist_context=1_000_000, checklist_prefix_hit_rate=0.5,
-             prefill_tokens_per_s=10_000.0, decode_tokens_per_s=20_000.0, tokens_per_request=500,
-             tokens_per_s_per_session=30.0)
+    p = notebook_defaults("06_sessions_per_gpu")
     assert SessionsParams.of(p).kw == dict(utilization=0.9, activation_gb=4.0)
     for bad, match in ((dict(prefix_hit_rates=[1.5]), "parameter prefix_hit_rates must lie in"),
                        (dict(checklist_gpu="A100"), "parameter checklist_gpu must be one of"),

@@ -36,10 +36,11 @@ class LayerPlan:
 def model_plan(model: str | ModelSpec) -> list[LayerPlan]:
     """One LayerPlan per decoder layer of a catalog V4 / V4.1 model."""
     spec = load_model(model)
-    if spec.family not in ("dsv4", "dsv41"):
+    layers = build_layout(spec).layers
+    if not spec.compress_ratios or any(l.mode not in MODES for l in layers):
         raise SelectionError(f"{spec.name} is a {spec.family} model: layer modes need a DeepSeek V4 / V4.1 config")
     out = []
-    for layer, m in zip(build_layout(spec).layers, spec.compress_ratios):
+    for layer, m in zip(layers, spec.compress_ratios):
         src = layer.index if layer.source is None else layer.source
         out.append(LayerPlan(layer.index, layer.mode, m, src, layer.mode in ("csa", "full", "reindex")))
     return out

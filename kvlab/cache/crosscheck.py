@@ -84,16 +84,10 @@ def tiny_config(model: str, num_layers: int = 2):
     return name, AutoConfig.for_model(**cfg)
 
 
-def crosscheck(model: str = "qwen3-8b", tokens: int = 16, num_layers: int = 2, seed: int = 0,
-               decode: int = 0) -> CrossCheck:
-    """Run a tiny transformers model over `tokens` tokens (a prefill, then `decode` one-token steps)
-    and compare its cache with kvlab's layout."""
+def run_tiny(config, tokens: int, decode: int, seed: int = 0):
+    """A random BF16 model of `config` run over `tokens` seeded tokens: a prefill, then `decode` one-token steps as
+    in generation; returns the cache it holds."""
     from transformers import AutoModelForCausalLM
-    tokens = check_tokens(tokens)
-    decode = need_int("decode", decode, 0)
-    if tokens < 1 or decode >= tokens:
-        raise ParameterError(f"cross-check needs 0 <= decode < tokens, got tokens={tokens}, decode={decode}")
-    name, config = tiny_config(model, num_layers)
     torch.manual_seed(seed)
     net = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
     g = torch.Generator().manual_seed(seed)
@@ -105,6 +99,19 @@ def crosscheck(model: str = "qwen3-8b", tokens: int = 16, num_layers: int = 2, s
         for t in range(prefill, tokens):  # one token at a time, as in generation
             out = net(ids[:, t:t + 1], cache=cache, use_cache=True)
             cache = getattr(out, "cache", None) or out.past_key_values
+    return cache
+
+
+def crosscheck(model: str = "qwen3-8b", tokens: int = 16, num_layers: int = 2, seed: int = 0,
+               decode: int = 0) -> CrossCheck:
+    """Run a tiny transformers model over `tokens` tokens (a prefill, then `decode` one-token steps)
+    and compare its cache with kvlab's layout."""
+    tokens = check_tokens(tokens)
+    decode = need_int("decode", decode, 0)
+    if tokens < 1 or decode >= tokens:
+        raise ParameterError(f"cross-check needs 0 <= decode < tokens, got tokens={tokens}, decode={decode}")
+    name, config = tiny_config(model, num_layers)
+    cache = run_tiny(config, tokens, decode, seed)
     held = [t for layer in cache.layers for t in (layer.keys, layer.values)]
     shapes = [(list(layer.keys.shape), list(layer.values.shape)) for layer in cache.layers]
     cfg = json.loads(config.to_json_string())  # the config as saved (config.json)

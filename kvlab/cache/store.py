@@ -7,6 +7,8 @@ and the transformers cache (kvlab.hf). Its kinds are classes over one interface,
   GrowingStore  every entry: ceil(T / m) rows after T tokens (a compressed entry's row exists from its first
                 token); paged: ceil(rows / rows per page) pages
   WindowStore   the last min(T, W) tokens in a ring; paged: as many pages as a window can straddle
+  StateStore    a linear-attention / SSM layer's fixed-size state (`Component.state`): one row per sequence,
+                overwritten as tokens arrive; paged: one page (padded to the engine's state page)
   TailStore     a compressor tail (`Component.tail_of`): the T mod m tokens its owner has not closed into an
                 entry yet, in a ring of m - 1 rows; paged: one page sized for m - 1 rows while any is pending
 
@@ -330,9 +332,26 @@ class TailStore(KVStore):
         return rows % self.component.ratio  # pending tokens of one entry: slots 0 .. m - 2
 
 
+@dataclass
+class StateStore(KVStore):
+    """A fixed-size per-sequence state (linear attention, SSM): one row, rewritten with every token."""
+
+    def _check(self, c: Component) -> None:
+        if not c.state:
+            raise ParameterError(f"{c.key} is not a fixed-size state; a StateStore holds one (Component.state)")
+
+    def _end_row(self, tokens: int) -> int:
+        return 1 if tokens else 0
+
+    def slots(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows * 0  # every token's state lands in the one row
+
+
 def store_for(component: Component, engine: Engine = EXACT, device: str | torch.device = "cpu") -> KVStore:
     """The store that holds `component`: a TailStore for a compressor tail, a WindowStore for a window,
-    a GrowingStore otherwise."""
+    a StateStore for a fixed-size state, a GrowingStore otherwise."""
+    if component.state:
+        return StateStore(component, engine, device)
     if component.tail_of is not None:
         return TailStore(component, engine, device)
     if component.window is not None:

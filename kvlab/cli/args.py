@@ -74,8 +74,43 @@ def number(name: str, lo: float = 0.0, hi: float = NUMBER_MAX, lo_open: bool = F
     return parse
 
 
-def add_scheme(parser: argparse.ArgumentParser, help: str | None = None) -> None:
-    """--scheme (kvlab.layout.SCHEMES: which format each cached component takes); --layout is its older name."""
+def add_scheme(parser: argparse.ArgumentParser, help: str | None = None, default: str | None = "storage") -> None:
+    """--scheme (kvlab.layout.SCHEMES: which format each cached component takes); --layout is its older name.
+    default None: the engine's own (vllm under --engine vllm, storage otherwise)."""
     from ..layout import SCHEMES
-    parser.add_argument("--scheme", "--layout", dest="scheme", default="storage", choices=SCHEMES,
+    parser.add_argument("--scheme", "--layout", dest="scheme", default=default, choices=SCHEMES,
                         help=help or "layout scheme: the model's storage formats, what vLLM allocates, or all BF16")
+
+
+def add_formats(parser: argparse.ArgumentParser) -> None:
+    """--kv-format (one format for every cached attention component), or --k-format / --v-format apart."""
+    parser.add_argument("--kv-format", default=None, help="one uniform number format for every cached component")
+    parser.add_argument("--k-format", default=None, help="number format of the keys (an MLA latent); with --v-format "
+                                                         "instead of --kv-format")
+    parser.add_argument("--v-format", default=None, help="number format of the values (an MLA RoPE key)")
+
+
+def format_kwargs(args) -> dict:
+    """kv_format / k_format / v_format as kvlab's API takes them."""
+    return dict(kv_format=args.kv_format, k_format=args.k_format, v_format=args.v_format)
+
+
+def add_parallel(parser: argparse.ArgumentParser, dp_attention: bool = False) -> None:
+    """--tp / --dcp / --pp (and --dp-attention): the deployment whose per-GPU figures are wanted."""
+    parser.add_argument("--tp", type=count("--tp", 1, 1 << 20), default=1, help="tensor-parallel size (default 1)")
+    parser.add_argument("--dcp", type=count("--dcp", 1, 1 << 20), default=1,
+                        help="decode-context-parallel size inside each TP group (default 1)")
+    parser.add_argument("--pp", type=count("--pp", 1, 1 << 20), default=1, help="pipeline-parallel stages (default 1)")
+    if dp_attention:
+        parser.add_argument("--dp-attention", action="store_true",
+                            help="data-parallel attention over the --tp ranks: each GPU keeps whole sessions")
+
+
+def add_engine(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+    """--engine vllm | sglang | trtllm and its page size."""
+    from ..engines import ENGINES
+    parser.add_argument("--engine", default=None, choices=ENGINES,
+                        help=help or "allocate as this engine does (default: the scheme's own: exact, or vLLM's "
+                                     "paging for --scheme vllm)")
+    parser.add_argument("--page-size", type=count("--page-size", 1, 1 << 20), default=None,
+                        help="SGLang --page-size / TensorRT-LLM tokens_per_block (default: the engine's, 1 / 32)")

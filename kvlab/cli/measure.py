@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import json
 
-from .args import add_scheme, count
+from .args import add_formats, add_scheme, count, format_kwargs
 
 
 def register(sub) -> None:
     p = sub.add_parser("measure", help="build a model's packed KV cache and measure its bytes against the math")
     p.add_argument("model", help="catalog name (kvlab models) or path to a config.json")
     p.add_argument("--tokens", type=count("--tokens"), required=True, help="session length")
-    p.add_argument("--kv-format", default=None, help="one uniform number format for every cached component")
+    add_formats(p)
     add_scheme(p, "storage / bf16: exact storage; vllm: paged as vLLM allocates (kvlab.engines)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (auto: cuda when available)")
     p.add_argument("--no-profile", action="store_true", help="skip the torch.profiler cross-check on CPU")
@@ -20,7 +20,10 @@ def register(sub) -> None:
 
 def cmd_measure(args) -> int:
     from ..cache.measurement import measure_cache
-    m = measure_cache(args.model, args.tokens, args.scheme, args.kv_format,
+    from ..layout import build_layout
+    model = args.model if args.k_format is None and args.v_format is None else \
+        build_layout(args.model, args.scheme, **format_kwargs(args))  # keys and values in their own formats
+    m = measure_cache(model, args.tokens, args.scheme, None if model is not args.model else args.kv_format,
                       paged=args.scheme == "vllm", device=args.device, profile=not args.no_profile)
     if args.json:
         print(json.dumps(m.as_dict(), indent=2))

@@ -1,14 +1,16 @@
-"""Capacity planning: what one session costs and how many fit on a GPU.
+"""Capacity planning: what one session costs and how many fit on a GPU and on a deployment.
 
 Session cost (the 1M-token article's checklist, made exact):
   bytes/token x tokens - bytes of prefix-cache hits + expected replayed state after a miss + bounded state.
-Bytes come from `kvlab.engines.allocate` only. V4.1-Flash keeps its 128-token sliding-window state in host
-RAM with a TTL; a miss triggers a bounded replay of the last `sliding_window` tokens (the window is read from
-the model spec). Sessions per GPU = usable KV memory / per-session bytes, where usable = GPU memory x
-utilisation - this GPU's share of the weights - an activations reserve. Whether KV is split across GPUs by
-tensor parallelism or sessions are spread by data-parallel attention, the per-GPU figure is the same ratio.
-vLLM's own sizing (vllm/v1/core/kv_cache_utils.py: get_num_blocks, get_max_concurrency_for_kv_cache_config) is reproduced by
-`vllm_plan` and set beside the exact figure.
+Bytes come from `kvlab.engines.allocate` only, on the GPU that holds the most (kvlab.serving.parallel): under
+tensor parallelism KV heads split over the ranks but an MLA latent is replicated on every one unless decode
+context parallelism interleaves it, pipeline stages hold their own layers, and data-parallel attention gives each
+rank whole sessions of its own -- so the per-GPU figure is not the whole-model ratio. A model family with a bounded
+replay (V4.1 keeps its sliding-window state in host RAM with a TTL) charges the expected replay after a miss.
+Usable KV memory per GPU follows the chosen engine's rule (kvlab.serving.budget: vLLM's gpu_memory_utilization of
+the total, SGLang's mem_fraction_static, TensorRT-LLM's fraction of the free memory), after this GPU's share of the
+weights and an activations reserve. vLLM's own block count (vllm/v1/core/kv_cache_utils.py get_num_blocks,
+get_max_concurrency_for_kv_cache_config) is reproduced by `vllm_plan` and set beside the exact figure.
 """
 from __future__ import annotations
 
@@ -16,10 +18,12 @@ import json
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from ..checks import need_int, need_number
-from ..engines import Allocation, allocate
+from ..checks import need_int, need_number, need_type
+from ..engines import ENGINES, Allocation, allocate
 from ..errors import ParameterError
+from .budget import KvBudget, kv_budget
 from .hardware import Gpu, get_gpu, gpu_names
+from .parallel import ONE_GPU, Parallelism, PerGpu, per_gpu
 from ..layout import check_tokens
 from ..models import DATA_DIR, ModelSpec, catalog_names, load_model, read_config
 from ..nb.params import NotebookParams
@@ -93,11 +97,26 @@ def weight_bytes(model: str | ModelSpec) -> WeightEstimate:
     return WeightEstimate(spec.name, params, nbytes, note)
 
 
+def replicated_attention_bytes(spec: ModelSpec) -> int | None:
+    """Bytes of the attention projections, which data-parallel attention keeps whole on every rank (the family
+    counts the parameters; bits per parameter from the config's quantization_config or dtype), or None when the
+    family does not count them."""
+    from ..families import get_family
+    params = get_family(spec.family).attention_params(spec)
+    if params is None:
+        return None
+    quant = spec.config.get("quantization_config")
+    return -(-int(params * _bits(quant if isinstance(quant, dict) else None, spec.torch_dtype, False)) // 8)
+
+
 # --- one session -------------------------------------------------------------------------------
 def replay_window(model) -> int:
-    """Tokens a miss replays: V4.1's bounded SWA replay of its `sliding_window`; 0 for other families."""
-    spec = model.layout.model if isinstance(model, Allocation) else load_model(model)
-    return spec.sliding_window or 0 if spec.family == "dsv41" else 0
+    """Tokens a host-cache miss replays: the model family's bounded replay (V4.1: its `sliding_window`), else 0."""
+    if isinstance(model, Allocation):
+        return model.layout.family.replay_window(model.layout.model)
+    from ..families import get_family
+    spec = load_model(model)
+    return get_family(spec.family).replay_window(spec)
 
 
 @dataclass(frozen=True)
@@ -112,7 +131,7 @@ class SessionCost:
     replay_tokens: int  # tokens a miss replays (V4.1: the sliding window)
     replay_probability: float  # chance the host-resident window state is gone (TTL expiry) at a turn
     replay_bytes: float  # expected replayed state: probability x entries of the replay_tokens tokens
-    bounded_bytes: int  # windows, compressor tails, per-tensor scales at this length
+    bounded_bytes: int  # windows, compressor tails, fixed-size states, per-tensor scales at this length
 
     @property
     def total(self) -> float:
@@ -133,55 +152,96 @@ def session_cost(model, tokens: int, prefix_hit_rate: float = 0.0, replay_probab
     p = _frac(replay_probability, "replay_probability")
     s = a.session(tokens)
     hit = int(tokens * rate)
-    if a.paged:  # prefix caching matches whole blocks
-        hit -= hit % a.engine.block_tokens
+    if a.paged:  # prefix caching matches whole blocks (a DCP group's logical block spans its ranks' pages)
+        hit -= hit % (a.engine.block_tokens * a.layout.shard.dcp)
     hit_bytes = a.session(hit).growing
     w = min(replay_window(a), tokens)
     replay = p * a.session(w).growing if w else 0.0  # the window itself is bounded state, counted once
     return SessionCost(tokens, a.bytes_per_token, s.growing, hit, hit_bytes, w, p if w else 0.0, replay, s.bounded)
 
 
-# --- a GPU -------------------------------------------------------------------------------------
+# --- a GPU, a deployment ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Capacity:
-    """Sessions that fit on one GPU."""
+    """Sessions that fit on the GPUs of one deployment (one GPU by default)."""
 
     model: str  # model name
     gpu: Gpu  # the accelerator
-    utilization: float  # fraction of device memory the engine may use
+    utilization: float  # the engine's memory fraction as applied (vLLM: gpu_memory_utilization)
     weight_bytes: int  # whole-model weights
     weight_shards: int  # GPUs the weights are spread over
     activation_bytes: int  # reserve for activations and non-torch memory
-    session: SessionCost  # one session's cost
+    session: SessionCost  # one session's cost on the GPU that holds the most of it
+    parallel: Parallelism = ONE_GPU  # how the deployment spreads the model
+    budget: KvBudget | None = None  # the KV pool per GPU and the engine rule that gave it
+    engine: str = "exact"  # the allocation rule: exact storage, or an engine's paging
+    whole_session: SessionCost | None = field(default=None, repr=False)  # the same session over the whole model
+    layout_note: str = ""  # how the per-GPU bytes were split (TP / DCP / PP / DP attention)
+
+    weight_share_bytes: int | None = None  # this GPU's weights when not an even share (DP attention)
 
     @property
     def weight_share(self) -> int:
+        if self.weight_share_bytes is not None:
+            return self.weight_share_bytes
         return -(-self.weight_bytes // self.weight_shards)
 
     @property
     def usable_kv_bytes(self) -> int:
+        if self.budget is not None:
+            return self.budget.kv_bytes
         return int(self.gpu.hbm_bytes * self.utilization) - self.weight_share - self.activation_bytes
 
     @property
-    def sessions_per_gpu(self) -> int:
-        return int(self.usable_kv_bytes // self.session.total) if self.session.total > 0 else 0
+    def gpus(self) -> int:
+        return self.parallel.gpus
+
+    def _count(self, per_session: float) -> int:
+        """Sessions of `per_session` bytes the deployment holds (its GPUs' own sessions under DP attention)."""
+        n = int(self.usable_kv_bytes // per_session) if per_session > 0 else 0
+        return n if self.parallel.sessions_spread else n * self.gpus
+
+    def _per_gpu(self, deployment: int) -> int | float:
+        q = Fraction(deployment, self.gpus)
+        return int(q) if q.denominator == 1 else float(q)
 
     @property
-    def sessions_without_replay(self) -> int:
-        t = self.session.total - self.session.replay_bytes
-        return int(self.usable_kv_bytes // t) if t > 0 else 0
+    def sessions_per_deployment(self) -> int:
+        """Sessions the whole deployment holds at once."""
+        return self._count(self.session.total)
+
+    @property
+    def sessions_per_gpu(self) -> int | float:
+        """Sessions per GPU: the deployment's count over its GPUs (each GPU's own sessions under DP attention or
+        on one GPU; a share of every session under TP / DCP / PP); whole numbers stay integers."""
+        return self._per_gpu(self.sessions_per_deployment)
+
+    @property
+    def sessions_without_replay(self) -> int | float:
+        return self._per_gpu(self._count(self.session.total - self.session.replay_bytes))
 
     def as_dict(self) -> dict:
         s = self.session
-        return dict(model=self.model, gpu=self.gpu.name, context_tokens=s.tokens,
-                    bytes_per_token=float(s.bytes_per_token), growing_bytes=s.growing_bytes,
-                    prefix_hit_tokens=s.prefix_hit_tokens, prefix_hit_bytes=s.prefix_hit_bytes,
-                    replay_tokens=s.replay_tokens, replay_probability=s.replay_probability,
-                    replay_bytes=s.replay_bytes, bounded_bytes=s.bounded_bytes, session_bytes=s.total,
-                    hbm_bytes=self.gpu.hbm_bytes, utilization=self.utilization, weight_bytes=self.weight_bytes,
-                    weight_shards=self.weight_shards, weight_share_bytes=self.weight_share,
-                    activation_bytes=self.activation_bytes, usable_kv_bytes=self.usable_kv_bytes,
-                    sessions_per_gpu=self.sessions_per_gpu, sessions_without_replay=self.sessions_without_replay)
+        out = dict(model=self.model, gpu=self.gpu.name, context_tokens=s.tokens,
+                   bytes_per_token=float(s.bytes_per_token), growing_bytes=s.growing_bytes,
+                   prefix_hit_tokens=s.prefix_hit_tokens, prefix_hit_bytes=s.prefix_hit_bytes,
+                   replay_tokens=s.replay_tokens, replay_probability=s.replay_probability,
+                   replay_bytes=s.replay_bytes, bounded_bytes=s.bounded_bytes, session_bytes=s.total,
+                   hbm_bytes=self.gpu.hbm_bytes, utilization=self.utilization, weight_bytes=self.weight_bytes,
+                   weight_shards=self.weight_shards, weight_share_bytes=self.weight_share,
+                   activation_bytes=self.activation_bytes, usable_kv_bytes=self.usable_kv_bytes,
+                   sessions_per_gpu=self.sessions_per_gpu, sessions_without_replay=self.sessions_without_replay,
+                   deployment=self.parallel.label(), gpus=self.gpus, tp=self.parallel.tp, dcp=self.parallel.dcp,
+                   pp=self.parallel.pp, dp_attention=self.parallel.dp_attention,
+                   sessions_per_deployment=self.sessions_per_deployment, engine=self.engine)
+        if self.whole_session is not None:
+            out["whole_model_bytes_per_token"] = float(self.whole_session.bytes_per_token)
+            out["whole_model_session_bytes"] = self.whole_session.total
+        if self.budget is not None:
+            out["memory_rule"] = dict(engine=self.budget.engine, rule=self.budget.rule, source=self.budget.source)
+        if self.layout_note:
+            out["per_gpu_layout"] = self.layout_note
+        return out
 
 
 def auto_shards(weights: int, gpu: Gpu, utilization: float) -> int:
@@ -193,20 +253,61 @@ def auto_shards(weights: int, gpu: Gpu, utilization: float) -> int:
 
 
 def plan(model, gpu: str | Gpu, context_tokens: int, prefix_hit_rate: float = 0.0, *, kv_format=None,
-         scheme: str = "storage", utilization: float = DEFAULT_UTILIZATION, weight_shards: int | None = None,
+         scheme: str | None = None, utilization: float = DEFAULT_UTILIZATION, weight_shards: int | None = None,
          weights: int | None = None, activation_gb: float = DEFAULT_ACTIVATION_GB,
-         replay_probability: float = 1.0) -> Capacity:
-    """Sessions of `context_tokens` tokens per GPU. weight_shards=None picks the smallest power of two <= 8
-    for which the weights take at most half of the usable memory; weights=None estimates the weights."""
-    a = _alloc(model, scheme, kv_format)
+         replay_probability: float = 1.0, parallel: Parallelism | None = None, engine: str | None = None,
+         memory_fraction: float | None = None, k_format=None, v_format=None,
+         page_size: int | None = None) -> Capacity:
+    """Sessions of `context_tokens` tokens per GPU and per deployment.
+
+    parallel=None: the weights spread over `weight_shards` GPUs (None: the smallest power of two <= 8 for which
+    they take at most half of the usable memory), each GPU keeping whole sessions of its own (data-parallel
+    attention); a Parallelism (TP / DCP / PP / DP attention) spreads each session as the engines do and the
+    weights over its GPUs. engine=None counts exact storage under vLLM's memory rule (`utilization`); 'vllm',
+    'sglang' or 'trtllm' allocate and budget by that engine's rules (`memory_fraction` overrides its fraction).
+    weights=None estimates the weights."""
+    if engine is not None and engine not in ENGINES:
+        raise ParameterError(f"engine must be one of {', '.join(ENGINES)} (or None for exact storage), got {engine!r}")
     g = get_gpu(gpu)
     u = need_number("utilization", utilization, 0.0, 1.0, lo_open=True)
     tokens = need_int("context_tokens", context_tokens, 1)
-    w = weight_bytes(a.layout.model).nbytes if weights is None else need_int("weights", weights, 0)
-    n = auto_shards(w, g, u) if weight_shards is None else need_int("weight_shards", weight_shards, 1)
     act = _frac(activation_gb, "activation_gb", 0.0, 1e6)
-    cap = Capacity(a.layout.model.name, g, u, w, n, int(act * 1e9),
-                   session_cost(a, tokens, prefix_hit_rate, replay_probability))
+    spec = model.layout.model if isinstance(model, Allocation) else load_model(model)
+    w = weight_bytes(spec).nbytes if weights is None else need_int("weights", weights, 0)
+    if parallel is None:
+        n = auto_shards(w, g, u) if weight_shards is None else need_int("weight_shards", weight_shards, 1)
+        par = Parallelism(tp=n, dp_attention=True) if n > 1 else ONE_GPU
+    else:
+        par = need_type("parallel", parallel, Parallelism, "a kvlab.serving.parallel.Parallelism")
+        n = par.gpus if weight_shards is None else need_int("weight_shards", weight_shards, 1)
+    if isinstance(model, Allocation):
+        if parallel is not None and not (par.attention_tp == 1 and par.pp == 1):
+            raise ParameterError("plan(): give a model name or spec (not an Allocation) with a parallel deployment")
+        stage, whole = model, model
+        note = ""
+    else:
+        share: PerGpu = per_gpu(spec, par, scheme, kv_format, engine, k_format=k_format, v_format=v_format,
+                                page_size=page_size)
+        stage, whole = share.busiest, share.whole
+        note = "" if par.gpus == 1 else (
+            f"{par.label()}: per GPU {_num(share.per_gpu_bytes_per_token)} B/token of "
+            f"{_num(whole.bytes_per_token)} for the whole model")
+    cost = session_cost(stage, tokens, prefix_hit_rate, replay_probability)
+    whole_cost = cost if whole is stage else session_cost(whole, tokens, prefix_hit_rate, replay_probability)
+    act_bytes = int(act * 1e9)
+    share_bytes = -(-w // n)
+    if parallel is not None and par.dp_attention and n > 1:  # DP attention: every rank keeps the attention whole
+        att = replicated_attention_bytes(spec)
+        if att is not None and att < w:
+            share_bytes = att + -(-(w - att) // n)
+            note = (note + "; " if note else "") + (f"DP attention: {att / 1e9:.1f} GB of attention weights on every "
+                                                   f"rank + 1/{n} of the rest")
+    rule = engine or "vllm"
+    fraction = memory_fraction if memory_fraction is not None else (u if rule == "vllm" else None)
+    budget = kv_budget(rule, g, share_bytes, act_bytes, fraction=fraction, tp=par.tp, pp=par.pp,
+                       dp_attention=par.dp_attention)
+    cap = Capacity(spec.name, g, budget.fraction, w, n, act_bytes, cost, par, budget, stage.engine.name, whole_cost,
+                   note, share_bytes)
     if cap.session.total <= 0:  # every token a shared-prefix hit and nothing bounded: no count follows
         raise ParameterError(f"{cap.model}: a {tokens:,}-token session at prefix_hit_rate {prefix_hit_rate!r} holds "
                              "0 bytes of its own (its whole context is a shared-prefix hit), so KV memory puts no "
@@ -214,8 +315,13 @@ def plan(model, gpu: str | Gpu, context_tokens: int, prefix_hit_rate: float = 0.
     if cap.usable_kv_bytes <= 0:
         raise ParameterError(f"{cap.model} on {g.name}: no memory left for KV ({cap.weight_share / 1e9:.1f} GB of "
                              f"weights per GPU over {n} GPU(s) + {act:g} GB activations > "
-                             f"{g.hbm_gb:g} GB x {u:g}); raise weight_shards")
+                             f"{g.hbm_gb:g} GB x {budget.fraction:g} ({budget.engine}'s rule)); raise weight_shards")
     return cap
+
+
+def _num(x):
+    x = Fraction(x)
+    return f"{x.numerator:,}" if x.denominator == 1 else f"{float(x):,.2f}"
 
 
 def request_rate(decode_tokens_per_s: float, tokens_per_request: float, sessions: int,
@@ -262,7 +368,8 @@ def vllm_plan(model, available_bytes: int, max_model_len: int, kv_format=None) -
     e = a.engine
     spec = a.layout.model
     block_bytes = sum(e.page_bytes(c) for _, c in a.layout.components(True))
-    if spec.family == "dense" and not any(spec.layer_windows):
+    comps = [c for _, c in a.layout.components()]
+    if comps and all(c.grows and c.role in ("k", "v") for c in comps):  # full-attention K/V only
         page = sum(e.page_bytes(c) for c in a.layout.layers[0].components)  # K and V of one layer
         blocks = available_bytes // page // spec.num_layers
         per_req = cdiv(L, e.block_tokens)
@@ -299,6 +406,9 @@ class SessionsParams(NotebookParams):
     decode_tokens_per_s: float  # one GPU's decode throughput at full batch
     tokens_per_request: int  # generated tokens per request
     tokens_per_s_per_session: float  # decode speed each live session gets
+    deployment_gpu: str  # GPU of the multi-GPU deployment table
+    deployment_size: int  # GPUs per deployment: the TP size, and the ranks of DP attention
+    deployment_models: list  # models for the deployment table
     kw: dict = field(init=False)  # utilization and activation_gb, as `plan` takes them
 
     def __post_init__(self):
@@ -320,4 +430,7 @@ class SessionsParams(NotebookParams):
         for name in ("prefill_tokens_per_s", "decode_tokens_per_s", "tokens_per_s_per_session"):
             self.need_number(name, 0.0, lo_open=True)
         self.need_int("tokens_per_request")
+        self.need_names("deployment_models", models)
+        self.need_choice("deployment_gpu", gpus, self.need_text("deployment_gpu").upper())
+        self.need_int("deployment_size")
         self.kw = dict(utilization=self.utilization, activation_gb=self.activation_gb)

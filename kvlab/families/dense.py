@@ -1,0 +1,114 @@
+"""Dense attention (MHA / GQA / MQA), optionally with sliding-window layers: Qwen3, Llama, Gemma, gpt-oss.
+
+Per attention layer and token: K and V, `num_key_value_heads` heads of `head_dim` each, in the checkpoint's
+dtype; a sliding-window layer keeps its last `sliding_window` tokens only (bounded). Windows come from
+`layer_types` (transformers), Gemma's `sliding_window_pattern` or a global `sliding_window`.
+"""
+from __future__ import annotations
+
+from ..errors import ConfigError, ParameterError
+from ..explain import explain_layout, kv_one_liner
+from ..layout import Component, LayerCache
+from ..engines import VLLM_DENSE
+from .base import (VLLM_DCP_DOC, VLLM_KV_HEADS, Family, Split, cfg_int, check_heads, dense_engine, head_dim_of,
+                   kv_heads_of, shared_heads)
+from . import register
+
+LAYER_TYPES = {"full_attention": None, "sliding_attention": "window"}  # transformers' layer_types laid out here
+WINDOW_DCP = ("assumption: a sliding window is bounded state, kept whole on every DCP rank (as DeepSeek V4's windows "
+              "are, lightseekorg/tokenspeed PR #1498)")
+
+
+def windows(cfg: dict, n: int, name: str) -> tuple[int | None, ...]:
+    """Per-layer sliding windows from `layer_types`, Gemma's pattern, or a global `sliding_window`."""
+    w = cfg.get("sliding_window")
+    types = cfg.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) < n:
+            raise ConfigError(f"{name}: 'layer_types' must list one type per layer ({n})")
+        bad = [(i, t) for i, t in enumerate(types[:n]) if not isinstance(t, str) or t not in LAYER_TYPES]
+        if bad:
+            raise ConfigError(f"{name}: 'layer_types' gives layer {bad[0][0]} the type {bad[0][1]!r}; kvlab lays out "
+                              f"{' and '.join(LAYER_TYPES)} (and the hybrid families' linear_attention, conv, mamba "
+                              f"under their model_type)")
+        if any(t == "sliding_attention" for t in types[:n]):
+            w = cfg_int(cfg, "sliding_window", name)
+        return tuple(w if t == "sliding_attention" else None for t in types[:n])
+    if w is None or cfg.get("use_sliding_window") is False:
+        return (None,) * n
+    w = cfg_int(cfg, "sliding_window", name)
+    pattern = cfg_int(cfg, "sliding_window_pattern", name, required=False)
+    if pattern:  # Gemma 2/3: every pattern-th layer is global
+        return tuple(None if (i + 1) % pattern == 0 else w for i in range(n))
+    return (w,) * n
+
+
+def attention_layer(family: Family, spec, scheme, fmts, shard, index: int, window: int | None,
+                    kv_heads: int, head_dim: int) -> LayerCache:
+    """One GQA layer's K and V on one GPU: its share of the KV heads; growing ones interleaved over DCP ranks."""
+    k = family.entry(spec, scheme, "kv", {"all": head_dim}, fmts.k)
+    v = family.entry(spec, scheme, "kv", {"all": head_dim}, fmts.v)
+    heads = shared_heads(kv_heads, shard.tp)
+    inter = shard.dcp if window is None else 1
+    comps = tuple(Component(r, e, copies=heads, window=window, interleave=inter) for r, e in (("k", k), ("v", v)))
+    return LayerCache(index, "sliding" if window else "full", comps)
+
+
+def check_dcp(spec, kv_heads: int, shard, what: str = "KV heads") -> None:
+    """vLLM bounds DCP by the duplication it removes: dcp <= tp / kv_heads (docs/serving/
+    context_parallel_deployment.md); with as many KV heads as ranks nothing is duplicated."""
+    most = max(1, shard.tp // kv_heads)
+    if shard.dcp > most:
+        raise ParameterError(f"{spec.name}: DCP {shard.dcp} exceeds TP / {what} = {shard.tp} / {kv_heads} = {most}: "
+                             f"decode context parallelism only splits KV that TP duplicates (vLLM "
+                             f"docs/serving/context_parallel_deployment.md: dcp in [1, tp_size / H])")
+
+
+@register
+class Dense(Family):
+    name = "dense"
+    description = "MHA / GQA / MQA, optionally with sliding-window layers"
+    order = 900  # the fallback: any config with attention heads
+    recipes = {"storage": {"kv": (("all", None),)}, "vllm": {"kv": (("all", None),)}}
+    splits = {"k": Split("heads", True, f"{VLLM_KV_HEADS}; {VLLM_DCP_DOC}"),
+              "v": Split("heads", True, f"{VLLM_KV_HEADS}; {VLLM_DCP_DOC}"),
+              "window": Split("heads", False, f"{VLLM_KV_HEADS}; {WINDOW_DCP}")}
+    vllm = VLLM_DENSE
+    sources = "the model's config.json; vllm/v1/kv_cache_interface.py AttentionSpec"
+
+    def detect(self, cfg: dict) -> bool:
+        return cfg.get("num_attention_heads") is not None
+
+    def parse(self, c: dict, name: str, common: dict):
+        from ..models import ModelSpec
+        heads = cfg_int(c, "num_attention_heads", name)
+        head_dim = head_dim_of(c, name, heads, common["hidden_size"])
+        kv_heads = kv_heads_of(c, name, heads)
+        return ModelSpec(family=self.name, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+                         layer_windows=windows(c, common["num_layers"], name), **common)
+
+    def check_shard(self, spec, shard) -> None:
+        super().check_shard(spec, shard)
+        check_heads(spec.name, "KV heads", spec.num_kv_heads, shard.tp)
+        check_dcp(spec, spec.num_kv_heads, shard)
+
+    def build(self, spec, scheme, fmts, shard):
+        self.check_shard(spec, shard)
+        layers = [attention_layer(self, spec, scheme, fmts, shard, i, w, spec.num_kv_heads, spec.head_dim)
+                  for i, w in enumerate(spec.layer_windows or (None,) * spec.num_layers)]
+        notes = []
+        if any(spec.layer_windows):
+            notes.append("sliding-window layers keep only their last `sliding_window` tokens: bounded, not per-token")
+        return layers, notes
+
+    def engine(self, layout, name, page_size=None):
+        return dense_engine(self, layout, name, page_size)
+
+    def attention_params(self, spec):
+        """q, k, v and o projections: layers x hidden x (2 x heads + 2 x KV heads) x head_dim."""
+        if spec.hidden_size is None:
+            return None
+        return spec.num_layers * spec.hidden_size * (2 * spec.num_heads + 2 * spec.num_kv_heads) * spec.head_dim
+
+    def explain(self, layout) -> list[str]:
+        return kv_one_liner(layout) or explain_layout(layout)

@@ -1,0 +1,102 @@
+"""Multi-head latent attention: DeepSeek-V2 / V3 (`mla`) and V3.2 with its DSA indexer keys (`mla_dsa`).
+
+Per layer and token: one latent of `kv_lora_rank` plus the decoupled RoPE key (`qk_rope_head_dim`), shared by
+every head; V3.2 adds an `index_head_dim` indexer key. The model's own storage is the checkpoint dtype (V2 / V3)
+or FlashMLA's fp8_ds_mla entry (V3.2: FP8 latent with one FP32 scale per 128, BF16 RoPE = 656 B; FP8 indexer key
++ FP32 scale = 132 B; deepseek-ai/FlashMLA, vLLM).
+
+Parallelism: the latent is replicated on every TP rank (vLLM decodes MLA as MQA) and DCP interleaves it over the
+ranks of a TP group; V3.2's indexer keys stay whole on every rank (SGLang PR #18167 keeps them unsplit).
+"""
+from __future__ import annotations
+
+from ..engines import VLLM_MLA
+from ..layout import Component, LayerCache
+from .base import VLLM_DCP_DOC, VLLM_MLA_TP, Family, Split, cfg_int, dense_engine
+from . import register
+
+V3_2_INDEXER_DCP = ("sgl-project/sglang PR #18167 (DCP for DeepSeek V3.2): the indexer's K cache is not sharded "
+                    "across DCP ranks")
+FP8_DS_MLA = (("latent", "fp8_e4m3_b128"), ("rope", "bf16"))  # 512 + 16 + 128 = 656 B (FlashMLA / vLLM)
+
+
+@register
+class Mla(Family):
+    name = "mla"
+    description = "Multi-head latent attention (DeepSeek-V2/V3): latent + decoupled RoPE key"
+    order = 500
+    recipes = {"storage": {"latent": (("latent", None), ("rope", None))},
+               "vllm": {"latent": (("latent", None), ("rope", None))}}
+    splits = {"latent": Split("replicated", True, f"{VLLM_MLA_TP}; {VLLM_DCP_DOC} (DeepSeek with -tp 8: "
+                                                  "'8x KV cache duplication', removed by -dcp 8)")}
+    vllm = VLLM_MLA
+    sources = "DeepSeek-V2 / V3 config.json; vLLM's MLA backends"
+
+    def detect(self, cfg: dict) -> bool:
+        return cfg.get("kv_lora_rank") is not None and not cfg.get("index_head_dim")
+
+    def parse(self, c: dict, name: str, common: dict):
+        from ..models import ModelSpec
+        idx = cfg_int(c, "index_head_dim", name, required=False)
+        return ModelSpec(
+            family="mla_dsa" if idx else "mla",
+            num_heads=cfg_int(c, "num_attention_heads", name),
+            num_kv_heads=1,
+            head_dim=cfg_int(c, "kv_lora_rank", name) + cfg_int(c, "qk_rope_head_dim", name),
+            kv_lora_rank=cfg_int(c, "kv_lora_rank", name),
+            qk_rope_head_dim=cfg_int(c, "qk_rope_head_dim", name),
+            index_head_dim=idx,
+            index_n_heads=cfg_int(c, "index_n_heads", name, required=False),
+            index_topk=cfg_int(c, "index_topk", name, required=False),
+            **common)
+
+    def check_shard(self, spec, shard) -> None:
+        super().check_shard(spec, shard)  # DCP divides TP; heads divide TP (dcp <= tp / 1 holds)
+
+    def layer(self, spec, scheme, fmts, shard, index: int) -> LayerCache:
+        """One MLA layer on one GPU: the whole latent (replicated over TP), its tokens interleaved over DCP."""
+        lat = self.kv_entry(spec, scheme, "latent", {"latent": spec.kv_lora_rank, "rope": spec.qk_rope_head_dim},
+                            fmts)
+        comps = [Component("latent", lat, interleave=shard.dcp)]
+        if spec.index_head_dim:
+            comps.append(Component("index", self.entry(spec, scheme, "index", {"all": spec.index_head_dim}, fmts.k)))
+        return LayerCache(index, "mla", tuple(comps))
+
+    def build(self, spec, scheme, fmts, shard):
+        self.check_shard(spec, shard)
+        notes = ["MLA caches one latent (kv_lora_rank) plus the decoupled RoPE key per token per layer, shared by "
+                 "all heads"]
+        return [self.layer(spec, scheme, fmts, shard, i) for i in range(spec.num_layers)], notes
+
+    def engine(self, layout, name, page_size=None):
+        return dense_engine(self, layout, name, page_size)
+
+    def attention_params(self, spec):
+        """DeepSeek-V2/V3 MLA projections per layer: q (through q_lora_rank when set), kv_a (latent + RoPE key),
+        kv_b (latent -> per-head NoPE keys and values), o; V3.2's indexer projections are not counted."""
+        c, h, d = spec.config, spec.num_heads, spec.hidden_size
+        nope, v = c.get("qk_nope_head_dim"), c.get("v_head_dim")
+        if not (isinstance(nope, int) and isinstance(v, int) and d):
+            return None
+        qk = nope + spec.qk_rope_head_dim
+        ql = c.get("q_lora_rank")
+        q = d * ql + ql * h * qk if isinstance(ql, int) and ql > 0 else d * h * qk
+        kv = d * (spec.kv_lora_rank + spec.qk_rope_head_dim) + spec.kv_lora_rank * h * (nope + v)
+        return spec.num_layers * (q + kv + h * v * d)
+
+
+@register
+class MlaDsa(Mla):
+    name = "mla_dsa"
+    description = "MLA plus the DSA lightning-indexer key (DeepSeek-V3.2)"
+    order = 490
+    recipes = {"storage": {"latent": FP8_DS_MLA, "index": (("all", "fp8_e4m3_b128"),)},
+               "vllm": {"latent": FP8_DS_MLA, "index": (("all", "fp8_e4m3_b128"),)}}
+    splits = {**Mla.splits, "index": Split("replicated", False, f"{VLLM_MLA_TP}; {V3_2_INDEXER_DCP}")}
+    sources = "DeepSeek-V3.2 config.json; deepseek-ai/FlashMLA fp8_ds_mla; vLLM"
+
+    def detect(self, cfg: dict) -> bool:
+        return cfg.get("kv_lora_rank") is not None and bool(cfg.get("index_head_dim"))
+
+    def engine(self, layout, name, page_size=None):
+        return Family.engine(self, layout, name, page_size)  # vLLM only: SGLang / TRT-LLM DSA pools not modelled
