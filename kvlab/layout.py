@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from .checks import cdiv
 from .errors import ParameterError
 from .formats import Format, dtype_format, get_format
 from .models import ModelSpec, load_model
@@ -47,8 +48,7 @@ class Entry:
 
     @property
     def nbytes(self) -> int:
-        raw = sum(p.nbytes for p in self.parts)
-        return -(-raw // self.align) * self.align
+        return cdiv(sum(p.nbytes for p in self.parts), self.align) * self.align
 
     @property
     def elements(self) -> int:
@@ -76,18 +76,31 @@ class Entry:
 
 @dataclass(frozen=True)
 class Component:
-    """One kind of state a layer caches."""
+    """One kind of state a layer caches: growing (every token or every m-th), a sliding window, or the
+    tail of a compressed component (its < m pending tokens)."""
 
     role: str  # "k", "v", "latent", "index", "main", "swa", "tail"
     entry: Entry  # what one stored entry is
     copies: int = 1  # entries per stored position (KV heads)
-    ratio: int = 1  # tokens per entry (1 = every token; m = compressed)
+    ratio: int = 1  # tokens per entry (1 = every token; m = compressed; a tail: its owner's m)
     window: int | None = None  # keeps only the last `window` tokens (bounded); None grows
-    fixed_entries: int | None = None  # a fixed-size buffer of this many entries (compressor tail)
+    tail_of: str | None = None  # a compressor tail: role of the compressed component whose pending tokens it holds
+
+    def __post_init__(self):
+        if self.tail_of is not None and (self.ratio < 2 or self.window is not None):
+            raise ParameterError(f"a tail of {self.tail_of!r} needs its owner's ratio m >= 2 and no window, "
+                                 f"got ratio {self.ratio}, window {self.window}")
+        if self.window is not None and self.ratio != 1:
+            raise ParameterError(f"{self.role}: a windowed component keeps tokens (ratio 1), got ratio {self.ratio}")
+
+    @property
+    def key(self) -> str:
+        """Its name inside the layer: the role, or '<owner>_tail' for a compressor tail."""
+        return self.role if self.tail_of is None else f"{self.tail_of}_tail"
 
     @property
     def grows(self) -> bool:
-        return self.window is None and self.fixed_entries is None
+        return self.window is None and self.tail_of is None
 
     @property
     def entry_bytes(self) -> int:
@@ -98,21 +111,20 @@ class Component:
         return Fraction(self.entry_bytes, self.ratio) if self.grows else Fraction(0)
 
     def entries(self, tokens: int) -> int:
-        """Entries held after `tokens` tokens (a partly filled compressed entry counts: ceil)."""
-        if self.fixed_entries is not None:
-            return min(self.fixed_entries, tokens % self.ratio if self.ratio > 1 else tokens)
+        """Entries held after `tokens` tokens (a partly filled compressed entry counts: ceil; a tail holds
+        the T mod m tokens not yet closed into an entry)."""
+        if self.tail_of is not None:
+            return tokens % self.ratio
         if self.window is not None:
-            tokens = min(tokens, self.window)
-        return -(-tokens // self.ratio)
+            return min(tokens, self.window)
+        return cdiv(tokens, self.ratio)
 
     @property
     def max_entries(self) -> int | None:
-        """Most entries a bounded component ever holds; None for growing ones."""
-        if self.fixed_entries is not None:
-            return self.fixed_entries
-        if self.window is not None:
-            return -(-self.window // self.ratio)
-        return None
+        """Most entries a bounded component ever holds (window W, tail m - 1); None for growing ones."""
+        if self.tail_of is not None:
+            return self.ratio - 1
+        return self.window
 
     def bytes_at(self, tokens: int) -> int:
         return self.entry_bytes * self.entries(tokens)
@@ -201,7 +213,7 @@ class Layout:
             for c in layer.components:
                 out.append(dict(layer=layer.index, mode=layer.mode, role=c.role, format=c.entry.format_name,
                                 entry_bytes=c.entry.nbytes, copies=c.copies, ratio=c.ratio,
-                                window=c.window or c.fixed_entries, bytes_per_token=float(c.bytes_per_token),
+                                window=c.window or c.max_entries, bytes_per_token=float(c.bytes_per_token),
                                 source=layer.source))
         return out
 
@@ -301,13 +313,14 @@ def _v4_entries(spec, scheme, fmt) -> tuple[Entry, Entry, Entry]:
             _entry(spec, spec.family, scheme, "swa", dims, fmt))
 
 
-def _tail(spec, entry_dims: int, ratio: int, overlap: bool) -> Component:
-    """Compressor tail: the kv and gate projections of the < m pending tokens, in BF16.
+def _tail(owner: Component, entry_dims: int, overlap: bool) -> Component:
+    """The tail of compressed component `owner`: the kv and gate projections of its < m pending tokens, in BF16.
 
     Assumption (documented, bounded): an overlapping (CSA) compressor keeps projections of width
     2d, a non-overlapping (HCA) one width d, as in DeepSeek's reference compressor."""
     width = 2 * entry_dims * (2 if overlap else 1)  # kv + gate
-    return Component("tail", Entry((Part("tail", width, get_format("bf16")),)), ratio=ratio, fixed_entries=ratio - 1)
+    return Component("tail", Entry((Part("tail", width, get_format("bf16")),)), ratio=owner.ratio,
+                     tail_of=owner.role)
 
 
 def _dsv4(spec, scheme, fmt):
@@ -317,13 +330,12 @@ def _dsv4(spec, scheme, fmt):
         comps = [Component("swa", swa, window=spec.sliding_window)]
         if m:
             csa = m < 128  # CSA layers carry indexer keys; HCA (m = 128) do not
-            comps.append(Component("main", main, ratio=m))
+            owners = [(Component("main", main, ratio=m), spec.head_dim, csa)]
             if csa:
-                comps.append(Component("index", index, ratio=m))
+                owners.append((Component("index", index, ratio=m), spec.index_head_dim, True))
+            comps += [c for c, _, _ in owners]
             if m > 1:
-                comps.append(_tail(spec, spec.head_dim, m, csa))
-                if csa:
-                    comps.append(_tail(spec, spec.index_head_dim, m, True))
+                comps += [_tail(c, dims, overlap) for c, dims, overlap in owners]
         layers.append(LayerCache(i, "swa" if not m else ("csa" if m < 128 else "hca"), tuple(comps)))
     notes = ["every layer keeps a sliding window of `sliding_window` tokens (bounded)",
              "CSA layers (ratio 4) store a compressed entry and an indexer key per 4 tokens; HCA (ratio 128) "
@@ -342,9 +354,11 @@ def _dsv41(spec, scheme, fmt):
             layers.append(LayerCache(i, "swa", tuple(comps)))
             continue
         if i in sources:
-            comps += [Component("main", main, ratio=m), Component("index", index, ratio=m)]
+            owners = [(Component("main", main, ratio=m), spec.head_dim), (Component("index", index, ratio=m),
+                                                                           spec.index_head_dim)]
+            comps += [c for c, _ in owners]
             if m > 1:
-                comps += [_tail(spec, spec.head_dim, m, True), _tail(spec, spec.index_head_dim, m, True)]
+                comps += [_tail(c, dims, True) for c, dims in owners]
             layers.append(LayerCache(i, "full", tuple(comps)))
         else:
             src = max((s for s in sources if s <= i), default=None)

@@ -3,19 +3,15 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import KvlabError
+from ..errors import KvlabError, ShapeError
 
 
-class AttentionShapeError(KvlabError):
-    """Tensors whose shapes do not fit together (or do not fit the layout)."""
+class AttentionShapeError(ShapeError):
+    """Attention inputs whose shapes do not fit together (or do not fit the layout)."""
 
 
 class SelectionError(KvlabError):
     """A top-k or candidate pool that asks for more positions than exist, or a window / ratio below 1."""
-
-
-class CacheFormatError(KvlabError):
-    """A cache (KV store) in a different number format or width than the mechanism expects."""
 
 
 def need_int(name: str, value, minimum: int = 1) -> int:

@@ -38,7 +38,7 @@ def select_topk(scores: torch.Tensor, k: int, valid: torch.Tensor | None = None)
         scores = scores.masked_fill(~valid, float("-inf"))
     v, idx = scores.sort(dim=-1, descending=True, stable=True)  # ties (ReLU zeros) go to the earlier position
     v, idx = v[..., :k], idx[..., :k]
-    return torch.where(torch.isfinite(v), idx, torch.full_like(idx, -1))
+    return torch.where(torch.isfinite(v), idx, torch.full_like(idx, -1))  # [..., k]
 
 
 def candidate_pool(scores: torch.Tensor, blocks: int, block_size: int) -> torch.Tensor:
@@ -52,15 +52,15 @@ def candidate_pool(scores: torch.Tensor, blocks: int, block_size: int) -> torch.
     bs = torch.cat([scores, pad], -1).unflatten(-1, (nb, block_size)).amax(-1)  # [..., nb]
     top = bs.sort(dim=-1, descending=True, stable=True).indices[..., :min(blocks, nb)].sort(-1).values  # [..., b]
     pos = (top[..., None] * block_size + torch.arange(block_size)).flatten(-2)  # [..., b * block_size]
-    return torch.where(pos < n, pos, torch.full_like(pos, -1))
+    return torch.where(pos < n, pos, torch.full_like(pos, -1))  # [..., b * block_size]
 
 
 def gather_positions(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """x [B, Hkv, N, D], idx [B, S, k] (-1 = none, read as 0) -> [B, Hkv, S, k, D]."""
     b, h, _, d = x.shape
-    i = idx.clamp_min(0)
+    i = idx.clamp_min(0)  # [B, S, k]
     rows = [x[j].index_select(1, i[j].flatten()) for j in range(b)]  # [Hkv, S * k, D] each
-    return torch.stack(rows).view(b, h, idx.shape[1], idx.shape[2], d)
+    return torch.stack(rows).view(b, h, idx.shape[1], idx.shape[2], d)  # [B, Hkv, S, k, D]
 
 
 def sparse_attention(q, k, v, idx, scale: float | None = None, sinks: torch.Tensor | None = None,
@@ -79,7 +79,7 @@ def sparse_attention(q, k, v, idx, scale: float | None = None, sinks: torch.Tens
     qg = q.float().view(b, hkv, heads // hkv, s, d)  # [B, Hkv, G, S, D]: no copies of the shared keys
     ks, vs = gather_positions(k.float(), idx), gather_positions(v.float(), idx)  # [B, Hkv, S, k, D]
     logits = torch.einsum("bhgsd,bhskd->bhgsk", qg, ks).reshape(b, heads, s, k_n) * scale  # [B, H, S, k]
-    logits = logits.masked_fill((idx < 0)[:, None], float("-inf"))
+    logits = logits.masked_fill((idx < 0)[:, None], float("-inf"))  # [B, H, S, k]
     parts = [logits]
     if extra is not None:
         k2, v2, m2 = extra
@@ -88,12 +88,11 @@ def sparse_attention(q, k, v, idx, scale: float | None = None, sinks: torch.Tens
             l2 = l2.masked_fill(~(m2 if m2.dim() == 2 else m2[:, None]), float("-inf"))
         parts.append(l2)
     if sinks is not None:
-        parts.append(sinks.float().view(1, -1, 1, 1).expand(b, -1, s, 1))
-    p = torch.softmax(torch.cat(parts, -1), -1)
+        parts.append(sinks.float().view(1, -1, 1, 1).expand(b, -1, s, 1))  # [B, H, S, 1]
+    p = torch.softmax(torch.cat(parts, -1), -1)  # [B, H, S, k + M (+1)]
     pg = p.view(b, hkv, heads // hkv, s, -1)  # [B, Hkv, G, S, k + M (+1)]
-    out = torch.einsum("bhgsk,bhskd->bhgsd", pg[..., :k_n], vs)
+    out = torch.einsum("bhgsk,bhskd->bhgsd", pg[..., :k_n], vs)  # [B, Hkv, G, S, Dv]
     if extra is not None:
         m = extra[0].shape[2]
-        out = out + torch.matmul(pg[..., k_n:k_n + m], extra[1].float()[:, :, None])
-    out = out.reshape(b, heads, s, -1)
-    return out
+        out = out + torch.matmul(pg[..., k_n:k_n + m], extra[1].float()[:, :, None])  # + [B, Hkv, G, S, Dv]
+    return out.reshape(b, heads, s, -1)  # [B, H, S, Dv]

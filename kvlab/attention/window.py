@@ -31,7 +31,7 @@ def window_positions(tokens: int, window: int, sink_tokens: int = 0) -> torch.Te
     """Positions a decode query at position tokens-1 sees: sinks then the last `window` (ascending)."""
     need_int("window", window)
     lo = max(0, tokens - window)
-    return torch.cat([torch.arange(min(sink_tokens, lo)), torch.arange(lo, tokens)])
+    return torch.cat([torch.arange(min(sink_tokens, lo)), torch.arange(lo, tokens)])  # [sinks + W]
 
 
 @dataclass

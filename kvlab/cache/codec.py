@@ -28,7 +28,7 @@ def encode(x: torch.Tensor, entry: Entry, tensor_scales: list[torch.Tensor] | No
         xs = x[..., off:off + p.elements].reshape(n * copies, p.elements)  # [N*C, n_p]
         pinned = tensor_scales[i] if tensor_scales else None
         rows, ts = quantizer.pack(xs, p.fmt, pinned)  # [N*C, part B], per-tensor scale bytes
-        out[..., pos:pos + p.nbytes] = rows.reshape(n, copies, p.nbytes)
+        out[..., pos:pos + p.nbytes] = rows.reshape(n, copies, p.nbytes)  # [N, C, part B]
         scales_out.append(ts)
         off += p.elements
         pos += p.nbytes
@@ -42,7 +42,7 @@ def decode(rows: torch.Tensor, entry: Entry, tensor_scales: list[torch.Tensor] |
     for i, p in enumerate(entry.parts):
         part = rows[..., pos:pos + p.nbytes].reshape(n * copies, p.nbytes)  # [N*C, part B]
         ts = tensor_scales[i] if tensor_scales else None
-        out.append(quantizer.unpack(part, p.fmt, p.elements, ts).reshape(n, copies, p.elements))
+        out.append(quantizer.unpack(part, p.fmt, p.elements, ts).reshape(n, copies, p.elements))  # [N, C, n_p]
         pos += p.nbytes
-    return torch.cat(out, dim=-1) if out else rows.new_zeros(n, copies, 0, dtype=torch.float32)
+    return torch.cat(out, dim=-1) if out else rows.new_zeros(n, copies, 0, dtype=torch.float32)  # [N, C, elements]
 
