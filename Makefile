@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvlab-installed
 export PYTHONHASHSEED := 0
 
-.PHONY: setup run test lab bench notebooks clean
+.PHONY: setup run test lab bench notebooks train clean
 
 setup: $(STAMP)
 
@@ -37,6 +37,11 @@ notebooks: setup
 	for nb in notebooks/[0-9][0-9]_*.ipynb; do \
 	  $(BIN)/papermill -k kvlab --cwd notebooks "$$nb" "$$nb" || exit 1; \
 	  $(BIN)/python -m kvlab.nb.nbclean "$$nb"; done
+
+# Retrain the small committed checkpoints (data/checkpoints/<name>/) from scratch: a few minutes per model on
+# 2 quiet CPU cores. One thread: the reference run is bit-reproducible on one machine.
+train: setup
+	$(BIN)/kvlab train all --threads 1 --quiet
 
 clean:
 	rm -rf $(VENV) runs

@@ -8,7 +8,7 @@ prediction (teacher forced) is right at every position of the run.
 
 Tasks (all text, ASCII):
   mqar      multi-query associative recall (Zoology: Arora et al. 2023, arXiv 2312.04927): key-value
-            pairs "ab:7 cd:3 ...", then every key queried once in random order ("cd:" -> "3").
+            pairs "a7 Q3 ...", then every key queried once in random order ("Q" -> "3").
   needle    needle in a haystack (RULER: Hsieh et al. 2024, arXiv 2404.06654, niah multi-key): filler
             sentences hiding `needles` sentences "the code of <key> is <value>."; one key is asked at the end.
   vartrack  variable tracking (RULER's vt, asked the other way round): Python-like assignment chains
@@ -29,6 +29,7 @@ from ..errors import ParameterError
 
 IGNORE = -100  # label of positions that are not answers (transformers' ignore index)
 LOWER = "abcdefghijklmnopqrstuvwxyz"
+LETTERS = LOWER + LOWER.upper()
 DIGITS = "0123456789"
 
 
@@ -130,24 +131,27 @@ def _scatter(rng: random.Random, filler: list[str], items: list[str]) -> str:
     return "".join(out + filler[prev:])
 
 
-def mqar(seed: int, length: int, pairs: int | None = None, key_len: int = 2, value_len: int = 1) -> Sample:
-    """Multi-query associative recall in `length` characters: `pairs` key:value pairs (default: as many as fill
-    half the length), a newline, then each key queried once in random order; the rest is leading spaces."""
+def mqar(seed: int, length: int, pairs: int | None = None, key_len: int = 1, value_len: int = 1) -> Sample:
+    """Multi-query associative recall in `length` characters, Zoology's layout in text: `pairs` key-value pairs
+    written "<key><value>" and separated by spaces (keys: letters, values: digits), a newline, then every key
+    queried once in random order, each followed by its value (the answer). Default pairs: as many as fill half
+    the length, at most the distinct keys there are; leading spaces pad to the length."""
     need_int("seed", seed)
     need_int("length", length, 1)
-    per = key_len + 1 + value_len + 1  # "ab:7 "
-    pairs = need_int("pairs", pairs, 1) if pairs is not None else max(1, length // (2 * per))
+    need_int("key_len", key_len, 1)
+    need_int("value_len", value_len, 1)
+    per = key_len + value_len + 1  # "a7 "
+    pairs = need_int("pairs", pairs, 1) if pairs is not None else _mqar_pairs(length, key_len, value_len)
     need = 2 * pairs * per
     if need > length:
         raise ParameterError(f"mqar: {pairs} pairs need {need} characters, more than length = {length}")
     rng = random.Random(f"mqar:{seed}")
-    keys = _distinct(rng, pairs, key_len, LOWER)
+    keys = _distinct(rng, pairs, key_len, LETTERS)
     values = [_word(rng, value_len, DIGITS) for _ in keys]
     segs: list[tuple[str, bool]] = [(" " * (length - need), False)]
-    segs.append((" ".join(f"{k}:{v}" for k, v in zip(keys, values)) + "\n", False))
-    order = rng.sample(range(pairs), pairs)
-    for j, i in enumerate(order):
-        segs += [(("" if j == 0 else " ") + f"{keys[i]}:", False), (values[i], True)]
+    segs.append((" ".join(k + v for k, v in zip(keys, values)) + "\n", False))
+    for j, i in enumerate(rng.sample(range(pairs), pairs)):
+        segs += [(("" if j == 0 else " ") + keys[i], False), (values[i], True)]
     segs.append(("\n", False))
     return Sample("mqar", _merge(segs))
 
@@ -240,10 +244,16 @@ class Task:
     answer_alphabet: str  # characters an answer is made of
     answer_len: Callable[[dict], int]  # answer length in characters, from the generator's options
     summary: str  # one line
+    curriculum: Callable[[random.Random, int], dict]  # (rng, length) -> options of a training sample, easy to hard
 
     def chance(self, **options) -> float:
         """Accuracy of a guesser uniform over the answer alphabet."""
         return len(self.answer_alphabet) ** -self.answer_len(options)
+
+    def training_sample(self, seed: int, length: int) -> Sample:
+        """A training sample whose difficulty (pairs, needles, hops) is drawn from the seed: easy samples teach the
+        lookup that the hard ones (the generator's defaults, used for evaluation) need."""
+        return self.generate(seed, length, **self.curriculum(random.Random(f"{self.name}-curriculum:{seed}"), length))
 
     def samples(self, seed: int, n: int, length: int, **options) -> list[Sample]:
         """`n` samples with seeds seed * 1_000_003 + i (one stream per seed)."""
@@ -251,10 +261,17 @@ class Task:
         return [self.generate(seed * 1_000_003 + i, length, **options) for i in range(n)]
 
 
+def _mqar_pairs(length: int, key_len: int = 1, value_len: int = 1) -> int:
+    return max(1, min(len(LETTERS) ** key_len, length // (2 * (key_len + value_len + 1))))
+
+
 TASKS: dict[str, Task] = {t.name: t for t in (
-    Task("mqar", mqar, DIGITS, lambda o: o.get("value_len", 1), "multi-query associative recall (Zoology)"),
-    Task("needle", needle, DIGITS, lambda o: o.get("value_len", 4), "needle retrieval, multi-key (RULER niah)"),
-    Task("vartrack", vartrack, DIGITS, lambda o: o.get("value_len", 4), "variable tracking (RULER vt)"),
+    Task("mqar", mqar, DIGITS, lambda o: o.get("value_len", 1), "multi-query associative recall (Zoology)",
+         lambda rng, n: {"pairs": rng.randint(1, _mqar_pairs(n))}),
+    Task("needle", needle, DIGITS, lambda o: o.get("value_len", 4), "needle retrieval, multi-key (RULER niah)",
+         lambda rng, n: {"needles": rng.randint(1, max(1, min(4, n // 128)))}),
+    Task("vartrack", vartrack, DIGITS, lambda o: o.get("value_len", 4), "variable tracking (RULER vt)",
+         lambda rng, n: {"hops": rng.randint(0, 2), "chains": rng.randint(1, 2)}),
 )}
 
 
