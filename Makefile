@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvlab-installed
 export PYTHONHASHSEED := 0
 
-.PHONY: setup run test test-matrix lab bench notebooks figures gpu-check clean
+.PHONY: setup run test test-matrix lab bench notebooks figures gpu-check train clean
 
 setup: $(STAMP)
 
@@ -73,6 +73,11 @@ notebooks: setup
 	for nb in notebooks/[0-9][0-9]_*.ipynb; do \
 	  $(BIN)/papermill -k kvlab --cwd notebooks "$$nb" "$$nb" || exit 1; \
 	  $(BIN)/python -m kvlab.nb.nbclean "$$nb"; done
+
+# Retrain the small committed checkpoints (data/checkpoints/<name>/) from scratch: a few minutes per model on
+# 2 quiet CPU cores. One thread: the reference run is bit-reproducible on one machine.
+train: setup
+	$(BIN)/kvlab train all --threads 1 --quiet
 
 clean:
 	rm -rf $(VENV) runs

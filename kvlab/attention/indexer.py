@@ -28,8 +28,10 @@ def index_scores(q_idx: torch.Tensor, weights: torch.Tensor, k_idx: torch.Tensor
     same("index weights queries", weights.shape[1], "index queries", q_idx.shape[1])
     same("index weights batch", weights.shape[0], "index queries batch", q_idx.shape[0])
     same("index keys batch", k_idx.shape[0], "index queries batch", q_idx.shape[0])
-    h, d = q_idx.shape[2], q_idx.shape[3]
-    s = torch.relu(torch.matmul(q_idx.float(), k_idx.float().unsqueeze(1).transpose(-1, -2)))  # [B, S, H, N]
+    b, n_q, h, d = q_idx.shape
+    # one [S * H, D] x [D, N] product per sequence: no copy of the keys per query
+    s = torch.relu(torch.matmul(q_idx.float().flatten(1, 2), k_idx.float().transpose(-1, -2)))  # [B, S * H, N]
+    s = s.view(b, n_q, h, -1)  # [B, S, H, N]
     w = weights.float() / (math.sqrt(h) * math.sqrt(d))  # [B, S, H]
     return torch.matmul(w.unsqueeze(-2), s).squeeze(-2)  # sum over heads: [B, S, N]
 
@@ -90,7 +92,8 @@ def sparse_attention(q, k, v, idx, scale: float | None = None, sinks: torch.Tens
     parts = [logits]
     if extra is not None:
         k2, v2, m2 = extra
-        l2 = torch.matmul(qg, k2.float()[:, :, None].transpose(-1, -2)).reshape(b, heads, s, -1) * scale  # [B, H, S, M]
+        qf = qg.reshape(b, hkv, -1, d)  # [B, Hkv, G * S, D]: the group's queries share the keys, no copies
+        l2 = torch.matmul(qf, k2.float().transpose(-1, -2)).reshape(b, heads, s, -1) * scale  # [B, H, S, M]
         if m2 is not None:
             l2 = l2.masked_fill(~(m2 if m2.dim() == 2 else m2[:, None]), float("-inf"))
         parts.append(l2)
@@ -101,7 +104,8 @@ def sparse_attention(q, k, v, idx, scale: float | None = None, sinks: torch.Tens
     out = torch.einsum("bhgsk,bhskd->bhgsd", pg[..., :k_n], vs)  # [B, Hkv, G, S, Dv]
     if extra is not None:
         m = extra[0].shape[2]
-        out = out + torch.matmul(pg[..., k_n:k_n + m], extra[1].float()[:, :, None])  # + [B, Hkv, G, S, Dv]
+        pw = pg[..., k_n:k_n + m].reshape(b, hkv, -1, m)  # [B, Hkv, G * S, M]
+        out = out + torch.matmul(pw, extra[1].float()).view(out.shape)  # + [B, Hkv, G, S, Dv]
     return out.reshape(b, heads, s, -1)  # [B, H, S, Dv]
 
 

@@ -1,0 +1,161 @@
+"""kvlab.train's models and committed checkpoints: loading, bytes, quality against an untrained model, and a short
+retrain that reproduces the start of each committed loss curve (within a tolerance: floats differ between CPUs)."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from kvlab.cli import main
+from kvlab.errors import ParameterError
+from kvlab.layout import build_layout
+from kvlab.train import checkpoint_dir, evaluate, load_corpus, load_record, retrain
+from kvlab.train.loop import TrainConfig, step_batch
+from kvlab.train.models import build_model, count_parameters
+from kvlab.train.v41 import KvlabV41ForCausalLM, plan_of, to_stack
+
+CHECKPOINTS = {"qwen3-tiny": ("dense", "Qwen3ForCausalLM"), "deepseek-v3-tiny": ("mla", "DeepseekV3ForCausalLM"),
+               "kvlab-v41-tiny": ("v41", "KvlabV41ForCausalLM")}
+RETRAIN_STEPS = 12  # a short rerun of each committed recipe
+CURVE_RTOL = 0.02  # relative tolerance on its losses (thread counts and CPUs change the last digits)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def load(name, dtype=torch.float32):
+    return AutoModelForCausalLM.from_pretrained(checkpoint_dir(name), dtype=dtype)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_corpus()
+
+
+@pytest.mark.parametrize("name", CHECKPOINTS)
+def test_checkpoint_loads_with_from_pretrained(name):
+    arch, cls = CHECKPOINTS[name]
+    path = checkpoint_dir(name)
+    model = load(name)
+    cfg, curve, record = load_record(path)
+    assert type(model).__name__ == cls and cfg.arch == arch and cfg.name == name
+    assert record["parameters"] == count_parameters(model)
+    assert record["corpus"]["python"] and len(record["corpus"]["sha256"]) == 64
+    assert record["steps_run"] == cfg.steps == len(curve["text_loss"]) and record["tokens"] == cfg.tokens
+    assert (path / "model.safetensors").stat().st_size < 3_000_000  # small enough to commit
+    tok = AutoTokenizer.from_pretrained(path)
+    assert tok("def f():")["input_ids"] == list(b"def f():")
+
+
+def test_same_budget_for_every_model():
+    recipes = [load_record(checkpoint_dir(n))[0] for n in CHECKPOINTS]
+    budgets = {(c.steps, c.batch_tokens, c.lengths, c.tasks, c.task_fraction, c.seed) for c in recipes}
+    assert len(budgets) == 1
+
+
+@pytest.mark.parametrize("name", CHECKPOINTS)
+def test_kvlab_bytes_equals_what_the_cache_holds(name, capsys):
+    tokens = 40
+    assert main(["bytes", str(checkpoint_dir(name)), "--tokens", str(tokens), "--json"]) == 0
+    predicted = json.loads(capsys.readouterr().out)
+    model = load(name, torch.bfloat16)
+    ids = torch.tensor([list(b"for i in range(10):\n    print(i * i)  # ok\n")[:tokens]])
+    if CHECKPOINTS[name][0] == "v41":
+        # the Stack holds the storage layout's entry formats: NVFP4 main entries, MXFP4 index keys
+        stack = to_stack(model, {"main": "nvfp4", "index": "mxfp4"})
+        stack.prefill(ids)
+        held = stack.cache_bytes()
+        assert held["main"] + held["index"] == predicted["growing_bytes"] > 0
+    else:
+        cache = DynamicCache(config=model.config)
+        with torch.no_grad():
+            model(input_ids=ids, past_key_values=cache, use_cache=True)
+        held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+        assert held == predicted["session_bytes"] == tokens * predicted["bytes_per_token"]
+
+
+@pytest.mark.parametrize("name", CHECKPOINTS)
+def test_trained_beats_untrained(name, corpus):
+    arch = CHECKPOINTS[name][0]
+    kw = dict(windows=4, samples=16, length=256, batch=4)
+    trained, untrained = evaluate(load(name), corpus, **kw), evaluate(build_model(arch, seed=1), corpus, **kw)
+    assert trained["heldout_loss"] < untrained["heldout_loss"] - 2.0  # nats per byte; untrained ~ ln 256 = 5.5
+    gains = {t: trained["tasks"][t] - untrained["tasks"][t] for t in trained["tasks"]}
+    assert max(gains.values()) > 0.05, gains  # answers in the answer alphabet, where the untrained model has none
+
+
+@pytest.mark.parametrize("name", CHECKPOINTS)
+def test_retrain_reproduces_the_committed_curve(name, corpus):
+    cfg, saved, record = load_record(checkpoint_dir(name))
+    result, _ = retrain(checkpoint_dir(name), RETRAIN_STEPS)
+    got = result.curve
+    assert got["step"] == list(range(RETRAIN_STEPS))
+    assert got["text_loss"][-1] < got["text_loss"][0] - 0.3  # it learns
+    if record["corpus"]["sha256"] != corpus.sha256:
+        pytest.skip(f"this Python's stdlib (Python {corpus.python}) is not the corpus the checkpoint was trained on "
+                    f"(Python {record['corpus']['python']}): the curve cannot match")
+    for key in ("text_loss", "task_loss", "lr"):
+        np.testing.assert_allclose(got[key], saved[key][:RETRAIN_STEPS], rtol=CURVE_RTOL, err_msg=key)
+
+
+# --- the V4.1-like model ------------------------------------------------------------------------------
+def test_v41_plan_is_the_layout_of_its_config():
+    model = load("kvlab-v41-tiny")
+    layout = build_layout(str(checkpoint_dir("kvlab-v41-tiny")))
+    assert [p.mode for p in model.plan] == [layer.mode for layer in layout.layers]
+    assert {p.mode for p in model.plan} == {"swa", "full", "reuse", "reindex"}
+    assert layout.model.family == "dsv41"
+
+
+def test_v41_is_the_stack_with_trained_weights(corpus):
+    """The batched, trainable module and kvlab.attention's cached Stack compute the same logits (float32
+    storage), in one prefill and token by token."""
+    model = load("kvlab-v41-tiny")
+    ids = corpus.windows("heldout", 1, 160, seed=5)
+    with torch.no_grad():
+        ref = model(input_ids=ids).logits[0]  # [T, V]
+    stack = to_stack(model, {"main": "fp32", "index": "fp32", "swa": "fp32"})
+    with torch.no_grad():
+        stack.reset()
+        first = stack.forward(ids[:, :120])[0]
+        rest = stack.decode(ids[:, 120:])[0]
+    assert torch.allclose(first, ref[:120], atol=1e-4) and torch.allclose(rest, ref[120:], atol=1e-4)
+
+
+def test_v41_returns_the_indexer_loss():
+    model = build_model("v41").train()
+    ids = torch.randint(0, 256, (2, 96), generator=torch.Generator().manual_seed(0))
+    out = model(input_ids=ids)
+    assert out.aux_loss is not None and torch.isfinite(out.aux_loss) and out.aux_loss > 0
+    out.aux_loss.backward()
+    idx = model.layers[1]
+    assert idx.idx_wq.grad is not None and idx.idx_wq.grad.abs().sum() > 0  # the indexer learns from the KL
+    assert idx.wq.grad is None  # ... and the KL does not reach the model's attention
+    assert isinstance(model, KvlabV41ForCausalLM) and plan_of(model.config) == model.plan
+    assert model.eval()(input_ids=ids).aux_loss is None  # evaluation skips it
+
+
+# --- recipe and errors -----------------------------------------------------------------------------
+def test_batches_are_seeded():
+    cfg = TrainConfig(steps=4)
+    corpus = load_corpus()
+    a, b = step_batch(cfg, corpus, 2), step_batch(cfg, corpus, 2)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    ids, labels, is_task = a
+    assert ids.shape[0] * ids.shape[1] == cfg.batch_tokens and int(is_task.sum()) == round(ids.shape[0] * cfg.task_fraction)
+    assert (labels[~is_task] == ids[~is_task]).all() and (labels[is_task] == -100).float().mean() > 0.5
+
+
+@pytest.mark.parametrize("bad", [dict(arch="gpt"), dict(size="huge"), dict(steps=0), dict(lengths=(8,)),
+                                 dict(lengths=(512,), batch_tokens=256), dict(tasks=("copy",)),
+                                 dict(task_fraction=1.5), dict(save_dtype="int8")])
+def test_bad_recipe(bad):
+    with pytest.raises(ParameterError):
+        TrainConfig(**bad)
+
+
+def test_cli_refuses_bad_input(capsys):
+    assert main(["train", "gpt"]) == 2
+    assert "arch" in capsys.readouterr().err
+    assert main(["train", "dense", "--steps", "0"]) == 2
+    assert main(["train", "dense", "--device", "nodevice"]) == 2
