@@ -34,7 +34,7 @@ class Engine:
         compressor tail (at most m - 1 pending tokens) is one buffer page sized for all of them."""
         if c.fixed_entries is not None:
             return c.fixed_entries
-        return -(-self.block_tokens // c.ratio)
+        return -(-self.block_tokens // c.tokens_per_entry)
 
     def page_bytes(self, c: Component) -> int:
         """Bytes of one page of component c (one layer)."""
@@ -46,9 +46,9 @@ class Engine:
         if c.fixed_entries is not None:  # compressor tail: its one buffer page while anything is pending
             return 1 if c.entries(tokens) else 0
         if c.window is not None:  # a window of W tokens touches at most ceil((W-1)/B) + 1 blocks
-            w = min(tokens, c.window)
+            w = c.held_tokens(tokens)
             return 0 if w == 0 else -(-(w - 1) // self.block_tokens) + 1
-        return -(-tokens // self.block_tokens)
+        return -(-c.held_tokens(tokens) // self.block_tokens)
 
 
 EXACT = Engine("exact", source="the layout's own bytes, nothing rounded")
@@ -95,7 +95,7 @@ class Allocation:
         e = self.engine
         grow = sum(e.pages(c, tokens) * e.page_bytes(c) for _, c in self.layout.components(True))
         bound = sum(e.pages(c, tokens) * e.page_bytes(c) for _, c in self.layout.components(False))
-        return SessionBytes(tokens, grow, bound + (self.layout.tensor_bytes if tokens else 0))
+        return SessionBytes(tokens, grow, bound + self.layout.tensor_bytes_at(tokens))
 
     def explain(self) -> list[str]:
         lines = self.layout.explain()
@@ -106,7 +106,7 @@ class Allocation:
                      + (f", pages rounded up to a multiple of {e.page_align} B" if e.page_align > 1 else ""))
         seen = {}
         for layer, c in self.layout.components(True):
-            key = (c.role, c.ratio, c.entry_bytes)
+            key = (c.role, c.tokens_per_entry, c.entry_bytes)
             seen.setdefault(key, [0, c])[0] += 1
         total = 0
         for (role, ratio, eb), (n, c) in seen.items():

@@ -11,13 +11,18 @@ Schemes say which format each component takes:
            DeepSeek's FP8/FP4 entries for V3.2 / V4 / V4.1)
   vllm     what vLLM allocates (same entries, V4 indexer in FP8; paging in `kvlab.engines`)
   bf16     everything in BF16 (how third-party posts count it)
-`kv_format` overrides the format of every cached component with one uniform format.
+`kv_format` overrides the format of every cached component with one uniform format. Dense and MLA
+layouts also take separate K and V formats (MLA: the latent and the RoPE key), KIVI key groups
+(integer keys per channel over G tokens), a full-precision residual of recent tokens, and per-layer
+overrides of all of these (`KVPlan`): what `kvlab.hf`'s transformers cache stores, predicted here.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from .checks import cdiv, need_choice, need_int
 from .errors import ParameterError
 from .formats import Format, dtype_format, get_format
 from .models import ModelSpec, load_model
@@ -75,19 +80,46 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class Residual:
+    """A full-precision residual (KIVI): the most recent `tokens` tokens wait unquantized in the model's
+    dtype, and older tokens move into the quantized store `block` at a time, so between `tokens` and
+    `tokens + block - 1` tokens wait (all of them while fewer have been seen)."""
+
+    tokens: int  # R: recent tokens always kept in full precision
+    block: int = 1  # tokens quantized together (a multiple of a KIVI key group's G)
+
+    def quantized(self, tokens: int) -> int:
+        """Tokens in the quantized store after `tokens` tokens."""
+        return max(tokens - self.tokens, 0) // self.block * self.block
+
+    @property
+    def max_pending(self) -> int:
+        """Most tokens ever waiting in full precision."""
+        return self.tokens + self.block - 1
+
+
+@dataclass(frozen=True)
 class Component:
     """One kind of state a layer caches."""
 
-    role: str  # "k", "v", "latent", "index", "main", "swa", "tail"
+    role: str  # "k", "v", "latent", "index", "main", "swa", "tail", "k_residual", ...
     entry: Entry  # what one stored entry is
     copies: int = 1  # entries per stored position (KV heads)
     ratio: int = 1  # tokens per entry (1 = every token; m = compressed)
     window: int | None = None  # keeps only the last `window` tokens (bounded); None grows
     fixed_entries: int | None = None  # a fixed-size buffer of this many entries (compressor tail)
+    group: int = 1  # tokens packed side by side into one entry (KIVI keys: G tokens x D channels, per channel)
+    residual: Residual | None = None  # the split between a quantized store and its full-precision residual
+    pending: bool = False  # this component is the residual: it holds the tokens not yet quantized
+    partial: bool = True  # a partly filled compressed entry is held (ceil); False: complete entries only (floor)
 
     @property
     def grows(self) -> bool:
-        return self.window is None and self.fixed_entries is None
+        return self.window is None and self.fixed_entries is None and not self.pending
+
+    @property
+    def tokens_per_entry(self) -> int:
+        return self.ratio * self.group
 
     @property
     def entry_bytes(self) -> int:
@@ -95,23 +127,33 @@ class Component:
 
     @property
     def bytes_per_token(self) -> Fraction:
-        return Fraction(self.entry_bytes, self.ratio) if self.grows else Fraction(0)
+        return Fraction(self.entry_bytes, self.tokens_per_entry) if self.grows else Fraction(0)
+
+    def held_tokens(self, tokens: int) -> int:
+        """Tokens whose state this component holds after `tokens` tokens (window and residual split applied)."""
+        held = tokens if self.window is None else min(tokens, self.window)
+        if self.residual is not None:
+            waiting = min(tokens - self.residual.quantized(tokens), held)
+            held = waiting if self.pending else held - waiting
+        return held
 
     def entries(self, tokens: int) -> int:
         """Entries held after `tokens` tokens (a partly filled compressed entry counts: ceil)."""
         if self.fixed_entries is not None:
             return min(self.fixed_entries, tokens % self.ratio if self.ratio > 1 else tokens)
-        if self.window is not None:
-            tokens = min(tokens, self.window)
-        return -(-tokens // self.ratio)
+        held = self.held_tokens(tokens)
+        return cdiv(held, self.tokens_per_entry) if self.partial else held // self.tokens_per_entry
 
     @property
     def max_entries(self) -> int | None:
         """Most entries a bounded component ever holds; None for growing ones."""
         if self.fixed_entries is not None:
             return self.fixed_entries
+        if self.pending:
+            most = self.residual.max_pending
+            return cdiv(most if self.window is None else min(most, self.window), self.tokens_per_entry)
         if self.window is not None:
-            return -(-self.window // self.ratio)
+            return cdiv(self.window, self.tokens_per_entry)
         return None
 
     def bytes_at(self, tokens: int) -> int:
@@ -168,17 +210,23 @@ class Layout:
         """Per-tensor scales: one set per cached component per layer."""
         return sum(c.entry.tensor_bytes for _, c in self.components())
 
+    def tensor_bytes_at(self, tokens: int) -> int:
+        """Per-tensor scales held after `tokens` tokens: a component's set exists once it holds an entry."""
+        return sum(c.entry.tensor_bytes for _, c in self.components() if c.entries(tokens))
+
     @property
     def bounded_bytes(self) -> int:
         """Bounded state once every window and tail is full, per-tensor scales included."""
         return sum(c.entry_bytes * c.max_entries for _, c in self.components(False)) + self.tensor_bytes
 
-    def session(self, tokens: int) -> SessionBytes:
-        """Exact bytes after `tokens` tokens: growing entries (ceil per compressed entry) + bounded state."""
+    def session(self, tokens: int, batch: int = 1) -> SessionBytes:
+        """Exact bytes after `tokens` tokens: growing entries (ceil per compressed entry) + bounded state.
+        `batch` sequences of that length in one cache share its per-tensor scales."""
         tokens = check_tokens(tokens)
+        batch = need_int("batch", batch, 1)
         grow = sum(c.bytes_at(tokens) for _, c in self.components(True))
         bound = sum(c.bytes_at(tokens) for _, c in self.components(False))
-        return SessionBytes(tokens, grow, bound + (self.tensor_bytes if tokens else 0))
+        return SessionBytes(tokens, batch * grow, batch * bound + self.tensor_bytes_at(tokens))
 
     @property
     def entries_per_token(self) -> Fraction:
@@ -260,15 +308,110 @@ def _entry(spec: ModelSpec, family: str, scheme: str, role: str, dims: dict[str,
     return Entry(tuple(parts), ALIGN.get((family, role), 1) if kv_format is None else 1)
 
 
-def build_layout(model: str | ModelSpec, scheme: str = "storage", kv_format: str | Format | None = None) -> Layout:
-    """The cache layout of a model (catalog name, config path or spec) under a scheme and format."""
+KEY_AXES = ("token", "channel")
+
+
+@dataclass(frozen=True)
+class KVPlan:
+    """How one dense or MLA layer stores what transformers caches as keys and values (MLA: the latent
+    and the RoPE key): their formats, KIVI key grouping, and a full-precision residual."""
+
+    k_format: Format | None = None  # keys / the MLA latent (None: the scheme's format)
+    v_format: Format | None = None  # values / the MLA RoPE key (None: the scheme's format)
+    residual: int = 0  # most recent tokens kept unquantized, in the model's dtype (KIVI's R)
+    block: int = 1  # tokens quantized together once they leave the residual
+    key_axis: str = "token"  # "channel": integer keys grouped per channel over G tokens (KIVI)
+
+    @property
+    def uniform(self) -> bool:
+        """One format for K and V, nothing held back: what a plain `kv_format` describes."""
+        return (self.k_format == self.v_format and self.residual == 0 and self.block == 1
+                and not self.key_groups)
+
+    @property
+    def key_groups(self) -> bool:
+        return self.key_axis == "channel" and self.k_format is not None and self.k_format.element.kind == "int"
+
+    def label(self) -> str:
+        """A short name: 'nvfp4', 'k=int4 v=int2 residual=128', ..."""
+        if self.uniform:
+            return self.k_format.name if self.k_format else "default"
+        out = [f"k={self.k_format.name if self.k_format else 'default'}"
+               + ("/channel" if self.key_groups else ""),
+               f"v={self.v_format.name if self.v_format else 'default'}"]
+        out += [f"residual={self.residual}"] if self.residual else []
+        out += [f"block={self.block}"] if self.block > 1 else []
+        return " ".join(out)
+
+
+def kv_plan(kv_format=None, k_format=None, v_format=None, residual: int = 0, block: int = 1,
+            key_axis: str = "token") -> KVPlan:
+    """A validated KVPlan: `kv_format` for both K and V, or `k_format` / `v_format` separately."""
+    if kv_format is not None and (k_format is not None or v_format is not None):
+        raise ParameterError("give kv_format, or k_format and v_format, not both")
+    k = get_format(k_format if kv_format is None else kv_format) if (k_format or kv_format) is not None else None
+    v = get_format(v_format if kv_format is None else kv_format) if (v_format or kv_format) is not None else None
+    return KVPlan(k, v, need_int("residual", residual, 0), need_int("block", block, 1),
+                  need_choice("key_axis", key_axis, KEY_AXES))
+
+
+def _layer_plans(spec: ModelSpec, base: dict, per_layer: dict | None) -> tuple[KVPlan, ...]:
+    """One KVPlan per layer: the defaults in `base`, overridden per layer by per_layer[i] (a dict of
+    kv_plan's arguments, or a KVPlan)."""
+    per_layer = per_layer or {}
+    if not isinstance(per_layer, dict):
+        raise ParameterError(f"per_layer must map layer indices to overrides, got {type(per_layer).__name__}")
+    for i in per_layer:
+        need_int("per_layer layer index", i, 0, spec.num_layers - 1)
+    plans = []
+    for i in range(spec.num_layers):
+        o = per_layer.get(i, {})
+        if isinstance(o, KVPlan):
+            plans.append(o)
+            continue
+        if not isinstance(o, dict):
+            raise ParameterError(f"per_layer[{i}] must be a dict of kv_plan arguments or a KVPlan, got {o!r}")
+        args = dict(base)
+        if args.get("kv_format") is not None:  # expand, so a per-layer k_format keeps the default v_format
+            args["k_format"] = args["v_format"] = args.pop("kv_format")
+        if o.get("kv_format") is not None:
+            args.pop("k_format", None), args.pop("v_format", None)
+        unknown = set(o) - {"kv_format", "k_format", "v_format", "residual", "block", "key_axis"}
+        if unknown:
+            raise ParameterError(f"per_layer[{i}]: unknown option(s) {', '.join(sorted(unknown))}; known: kv_format, "
+                                 "k_format, v_format, residual, block, key_axis")
+        args.update(o)
+        plans.append(kv_plan(**args))
+    return tuple(plans)
+
+
+def build_layout(model: str | ModelSpec, scheme: str = "storage", kv_format: str | Format | None = None, *,
+                 k_format: str | Format | None = None, v_format: str | Format | None = None, residual: int = 0,
+                 block: int = 1, key_axis: str = "token", per_layer: dict | None = None) -> Layout:
+    """The cache layout of a model (catalog name, config path or spec) under a scheme and format.
+
+    Dense and MLA models also take separate K / V formats (MLA: latent / RoPE key), KIVI key groups
+    (key_axis="channel"), a full-precision residual of `residual` recent tokens quantized `block` at a
+    time, and per-layer overrides {layer: {option: value}} of any of these (see `KVPlan`)."""
     spec = load_model(model)
     if scheme not in SCHEMES:
         raise ParameterError(f"unknown layout {scheme!r}; choose one of {', '.join(SCHEMES)}")
-    fmt = get_format(kv_format) if kv_format is not None else None
-    builder = {"dense": _dense, "mla": _mla, "mla_dsa": _mla, "dsv4": _dsv4, "dsv41": _dsv41}[spec.family]
-    layers, notes = builder(spec, scheme, fmt)
-    return Layout(spec, scheme, fmt.name if fmt else None, tuple(layers), tuple(notes))
+    base = dict(kv_format=kv_format, k_format=k_format, v_format=v_format, residual=residual, block=block,
+                key_axis=key_axis)
+    default = kv_plan(**base)
+    if default.uniform and not per_layer:
+        fmt = default.k_format
+        builder = {"dense": _dense, "mla": _mla, "mla_dsa": _mla, "dsv4": _dsv4, "dsv41": _dsv41}[spec.family]
+        layers, notes = builder(spec, scheme, fmt)
+        return Layout(spec, scheme, fmt.name if fmt else None, tuple(layers), tuple(notes))
+    if spec.family not in ("dense", "mla", "mla_dsa"):
+        raise ParameterError(f"{spec.name}: separate K/V formats, a residual, key groups and per-layer plans apply "
+                             f"to dense and MLA models, not to a {spec.family} model ({spec.description})")
+    plans = _layer_plans(spec, base, per_layer)
+    layers, notes = (_dense_planned if spec.family == "dense" else _mla_planned)(spec, scheme, plans)
+    labels = dict.fromkeys(p.label() for p in plans)
+    return Layout(spec, scheme, next(iter(labels)) if len(labels) == 1 else "per-layer", tuple(layers),
+                  tuple(notes))
 
 
 def _dense(spec, scheme, fmt):
@@ -286,11 +429,80 @@ def _dense(spec, scheme, fmt):
 def _mla(spec, scheme, fmt):
     family = spec.family
     lat = _entry(spec, family, scheme, "latent", {"latent": spec.kv_lora_rank, "rope": spec.qk_rope_head_dim}, fmt)
-    comps = [Component("latent", lat)]
-    if spec.index_head_dim:
-        comps.append(Component("index", _entry(spec, family, scheme, "index", {"all": spec.index_head_dim}, fmt)))
+    index = [Component("index", _entry(spec, family, scheme, "index", {"all": spec.index_head_dim}, fmt))] \
+        if spec.index_head_dim else []
     notes = ["MLA caches one latent (kv_lora_rank) plus the decoupled RoPE key per token per layer, shared by all heads"]
-    return [LayerCache(i, "mla", tuple(comps)) for i in range(spec.num_layers)], notes
+    windows = spec.layer_windows or (None,) * spec.num_layers  # (a cache that keeps a window of an MLA model)
+    return [LayerCache(i, "mla", (Component("latent", lat, window=w), *index)) for i, w in enumerate(windows)], notes
+
+
+def _split(spec: ModelSpec, role: str, stored: Entry, elements: int, copies: int, window: int | None,
+           plan: KVPlan, group: int = 1) -> tuple[Component, ...]:
+    """The stored component of `role` and, when tokens wait unquantized, its residual (model dtype)."""
+    block = plan.block if group == 1 else math.lcm(plan.block, group)
+    if plan.residual == 0 and block == 1:
+        return (Component(role, stored, copies, window=window),)
+    res = Residual(plan.residual, block)
+    waiting = Entry((Part(role, elements, dtype_format(spec.torch_dtype)),))
+    return (Component(role, stored, copies, window=window, group=group, residual=res),
+            Component(f"{role}_residual", waiting, copies, window=window, residual=res, pending=True))
+
+
+def _dense_planned(spec, scheme, plans):
+    d = spec.head_dim
+    layers = []
+    for i, w in enumerate(spec.layer_windows or (None,) * spec.num_layers):
+        p = plans[i]
+        comps = []
+        for role, fmt in (("k", p.k_format), ("v", p.v_format)):
+            e = _entry(spec, "dense", scheme, role, {"all": d}, fmt) if fmt else _entry(
+                spec, "dense", scheme, "kv", {"all": d}, None)
+            group = 1
+            if role == "k" and p.key_groups:
+                if w is not None:
+                    raise ParameterError(f"{spec.name} layer {i}: per-channel key groups (KIVI) need a growing "
+                                         f"cache; a sliding-window layer ({w} tokens) evicts tokens one at a time "
+                                         "(use key_axis='token' for it in per_layer)")
+                group = fmt.block
+                e = Entry((Part("k", group * d, fmt),))  # G tokens x D channels, channel-major
+            comps += _split(spec, role, e, d, spec.num_kv_heads, w, p, group)
+        layers.append(LayerCache(i, "sliding" if w else "full", tuple(comps)))
+    notes = []
+    if any(spec.layer_windows):
+        notes.append("sliding-window layers keep only their last `sliding_window` tokens: bounded, not per-token")
+    if any(p.key_groups for p in plans):
+        notes.append("integer keys grouped per channel (KIVI): one entry holds G tokens x head_dim, the G tokens of "
+                     "a channel sharing one scale and zero point; tokens of an incomplete group wait unquantized")
+    if any(p.residual or p.block > 1 for p in plans):
+        notes.append("a residual holds the most recent tokens unquantized in the model dtype; older tokens are "
+                     "quantized a block at a time")
+    return layers, notes
+
+
+def _mla_planned(spec, scheme, plans):
+    family = spec.family
+    dims = {"latent": spec.kv_lora_rank, "rope": spec.qk_rope_head_dim}
+    base = _entry(spec, family, scheme, "latent", dims, None) if scheme != "bf16" else Entry(
+        (Part("latent", dims["latent"], get_format("bf16")), Part("rope", dims["rope"], get_format("bf16"))))
+    layers = []
+    windows = spec.layer_windows or (None,) * spec.num_layers
+    for i, p in enumerate(plans):
+        if p.key_groups:
+            raise ParameterError(f"{spec.name}: per-channel key groups (KIVI) apply to dense keys; MLA caches a "
+                                 "latent and a RoPE key, quantized per token (use key_axis='token')")
+        if p.uniform and p.k_format is not None:
+            lat = Entry((Part("latent", sum(dims.values()), p.k_format),))
+        else:
+            fmts = {"latent": p.k_format, "rope": p.v_format}
+            lat = Entry(tuple(Part(q.name, q.elements, fmts.get(q.name) or q.fmt) for q in base.parts), base.align)
+        comps = list(_split(spec, "latent", lat, sum(dims.values()), 1, windows[i], p))
+        if spec.index_head_dim:
+            comps.append(Component("index", _entry(spec, family, scheme, "index", {"all": spec.index_head_dim}, None)))
+        layers.append(LayerCache(i, "mla", tuple(comps)))
+    notes = ["MLA caches one latent (kv_lora_rank) plus the decoupled RoPE key per token per layer, shared by all "
+             "heads; a K format applies to the latent, a V format to the RoPE key (what transformers caches as "
+             "keys and values)"]
+    return layers, notes
 
 
 def _v4_entries(spec, scheme, fmt) -> tuple[Entry, Entry, Entry]:

@@ -44,5 +44,7 @@ def decode(rows: torch.Tensor, entry: Entry, tensor_scales: list[torch.Tensor] |
         ts = tensor_scales[i] if tensor_scales else None
         out.append(quantizer.unpack(part, p.fmt, p.elements, ts).reshape(n, copies, p.elements))
         pos += p.nbytes
+    if len(out) == 1:
+        return out[0]
     return torch.cat(out, dim=-1) if out else rows.new_zeros(n, copies, 0, dtype=torch.float32)
 

@@ -36,7 +36,9 @@ def pack(x: torch.Tensor, fmt: Format, tensor_scale: torch.Tensor | None = None
 def unpack(rows: torch.Tensor, fmt: Format, n: int, tensor_scale: torch.Tensor | None = None) -> torch.Tensor:
     """uint8 [M, fmt.entry_bytes(n)] (+ per-tensor scale bytes) -> float32 [M, n]."""
     m, d = rows.shape[0], fmt.data_bytes(n)
-    codes = rows[:, :d].clone()  # own storage: a part inside a row starts at any byte offset
+    codes = rows[:, :d]  # decoders read uint8 codes through any strides
+    if fmt.element.bits > 8:  # raw BF16 / FP16 / FP32 bytes are viewed as their dtype: own, aligned storage
+        codes = codes.clone()
     if fmt.scope == "tensor":
         scales, gs = tensor_scale, None
     else:
