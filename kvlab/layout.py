@@ -321,16 +321,21 @@ class KVPlan:
     residual: int = 0  # most recent tokens kept unquantized, in the model's dtype (KIVI's R)
     block: int = 1  # tokens quantized together once they leave the residual
     key_axis: str = "token"  # "channel": integer keys grouped per channel over G tokens (KIVI)
+    value_axis: str = "token"  # "channel": integer values grouped the same way (transformers' QuantizedCache)
 
     @property
     def uniform(self) -> bool:
         """One format for K and V, nothing held back: what a plain `kv_format` describes."""
         return (self.k_format == self.v_format and self.residual == 0 and self.block == 1
-                and not self.key_groups)
+                and not self.key_groups and not self.value_groups)
 
     @property
     def key_groups(self) -> bool:
         return self.key_axis == "channel" and self.k_format is not None and self.k_format.element.kind == "int"
+
+    @property
+    def value_groups(self) -> bool:
+        return self.value_axis == "channel" and self.v_format is not None and self.v_format.element.kind == "int"
 
     def label(self) -> str:
         """A short name: 'nvfp4', 'k=int4 v=int2 residual=128', ..."""
@@ -338,21 +343,21 @@ class KVPlan:
             return self.k_format.name if self.k_format else "default"
         out = [f"k={self.k_format.name if self.k_format else 'default'}"
                + ("/channel" if self.key_groups else ""),
-               f"v={self.v_format.name if self.v_format else 'default'}"]
+               f"v={self.v_format.name if self.v_format else 'default'}" + ("/channel" if self.value_groups else "")]
         out += [f"residual={self.residual}"] if self.residual else []
         out += [f"block={self.block}"] if self.block > 1 else []
         return " ".join(out)
 
 
 def kv_plan(kv_format=None, k_format=None, v_format=None, residual: int = 0, block: int = 1,
-            key_axis: str = "token") -> KVPlan:
+            key_axis: str = "token", value_axis: str = "token") -> KVPlan:
     """A validated KVPlan: `kv_format` for both K and V, or `k_format` / `v_format` separately."""
     if kv_format is not None and (k_format is not None or v_format is not None):
         raise ParameterError("give kv_format, or k_format and v_format, not both")
     k = get_format(k_format if kv_format is None else kv_format) if (k_format or kv_format) is not None else None
     v = get_format(v_format if kv_format is None else kv_format) if (v_format or kv_format) is not None else None
     return KVPlan(k, v, need_int("residual", residual, 0), need_int("block", block, 1),
-                  need_choice("key_axis", key_axis, KEY_AXES))
+                  need_choice("key_axis", key_axis, KEY_AXES), need_choice("value_axis", value_axis, KEY_AXES))
 
 
 def _layer_plans(spec: ModelSpec, base: dict, per_layer: dict | None) -> tuple[KVPlan, ...]:
@@ -376,10 +381,10 @@ def _layer_plans(spec: ModelSpec, base: dict, per_layer: dict | None) -> tuple[K
             args["k_format"] = args["v_format"] = args.pop("kv_format")
         if o.get("kv_format") is not None:
             args.pop("k_format", None), args.pop("v_format", None)
-        unknown = set(o) - {"kv_format", "k_format", "v_format", "residual", "block", "key_axis"}
+        unknown = set(o) - {"kv_format", "k_format", "v_format", "residual", "block", "key_axis", "value_axis"}
         if unknown:
             raise ParameterError(f"per_layer[{i}]: unknown option(s) {', '.join(sorted(unknown))}; known: kv_format, "
-                                 "k_format, v_format, residual, block, key_axis")
+                                 "k_format, v_format, residual, block, key_axis, value_axis")
         args.update(o)
         plans.append(kv_plan(**args))
     return tuple(plans)
@@ -387,7 +392,8 @@ def _layer_plans(spec: ModelSpec, base: dict, per_layer: dict | None) -> tuple[K
 
 def build_layout(model: str | ModelSpec, scheme: str = "storage", kv_format: str | Format | None = None, *,
                  k_format: str | Format | None = None, v_format: str | Format | None = None, residual: int = 0,
-                 block: int = 1, key_axis: str = "token", per_layer: dict | None = None) -> Layout:
+                 block: int = 1, key_axis: str = "token", value_axis: str = "token",
+                 per_layer: dict | None = None) -> Layout:
     """The cache layout of a model (catalog name, config path or spec) under a scheme and format.
 
     Dense and MLA models also take separate K / V formats (MLA: latent / RoPE key), KIVI key groups
@@ -397,7 +403,7 @@ def build_layout(model: str | ModelSpec, scheme: str = "storage", kv_format: str
     if scheme not in SCHEMES:
         raise ParameterError(f"unknown layout {scheme!r}; choose one of {', '.join(SCHEMES)}")
     base = dict(kv_format=kv_format, k_format=k_format, v_format=v_format, residual=residual, block=block,
-                key_axis=key_axis)
+                key_axis=key_axis, value_axis=value_axis)
     default = kv_plan(**base)
     if default.uniform and not per_layer:
         fmt = default.k_format
@@ -458,21 +464,21 @@ def _dense_planned(spec, scheme, plans):
             e = _entry(spec, "dense", scheme, role, {"all": d}, fmt) if fmt else _entry(
                 spec, "dense", scheme, "kv", {"all": d}, None)
             group = 1
-            if role == "k" and p.key_groups:
+            if (p.key_groups if role == "k" else p.value_groups):
                 if w is not None:
-                    raise ParameterError(f"{spec.name} layer {i}: per-channel key groups (KIVI) need a growing "
-                                         f"cache; a sliding-window layer ({w} tokens) evicts tokens one at a time "
-                                         "(use key_axis='token' for it in per_layer)")
+                    raise ParameterError(f"{spec.name} layer {i}: per-channel groups of {role.upper()} (KIVI keys) "
+                                         f"need a growing cache; a sliding-window layer ({w} tokens) evicts tokens "
+                                         f"one at a time (use {'key' if role == 'k' else 'value'}_axis='token' for it)")
                 group = fmt.block
-                e = Entry((Part("k", group * d, fmt),))  # G tokens x D channels, channel-major
+                e = Entry((Part(role, group * d, fmt),))  # G tokens x D channels, channel-major
             comps += _split(spec, role, e, d, spec.num_kv_heads, w, p, group)
         layers.append(LayerCache(i, "sliding" if w else "full", tuple(comps)))
     notes = []
     if any(spec.layer_windows):
         notes.append("sliding-window layers keep only their last `sliding_window` tokens: bounded, not per-token")
-    if any(p.key_groups for p in plans):
-        notes.append("integer keys grouped per channel (KIVI): one entry holds G tokens x head_dim, the G tokens of "
-                     "a channel sharing one scale and zero point; tokens of an incomplete group wait unquantized")
+    if any(p.key_groups or p.value_groups for p in plans):
+        notes.append("integer keys (values) grouped per channel (KIVI): one entry holds G tokens x head_dim, the G "
+                     "tokens of a channel sharing one scale and zero point; an incomplete group waits unquantized")
     if any(p.residual or p.block > 1 for p in plans):
         notes.append("a residual holds the most recent tokens unquantized in the model dtype; older tokens are "
                      "quantized a block at a time")
@@ -487,8 +493,8 @@ def _mla_planned(spec, scheme, plans):
     layers = []
     windows = spec.layer_windows or (None,) * spec.num_layers
     for i, p in enumerate(plans):
-        if p.key_groups:
-            raise ParameterError(f"{spec.name}: per-channel key groups (KIVI) apply to dense keys; MLA caches a "
+        if p.key_groups or p.value_groups:
+            raise ParameterError(f"{spec.name}: per-channel groups (KIVI) apply to dense K and V; MLA caches a "
                                  "latent and a RoPE key, quantized per token (use key_axis='token')")
         if p.uniform and p.k_format is not None:
             lat = Entry((Part("latent", sum(dims.values()), p.k_format),))

@@ -35,6 +35,7 @@ from ..models import ModelSpec, spec_from_config
 from ..attention.compress import pool_keys
 from ..quant import QuantizeError, quantize
 from .mechanisms import DENSE, KeyLayout, Mechanism, mechanism_layout, parse_mechanism, use_kvlab_attention
+from . import kernels
 from .store import PackedRows
 
 # transformers model types whose attention hands the cache plain K/V (dense) or the MLA latent + RoPE key.
@@ -101,6 +102,7 @@ class Stream:
         self.packed = PackedRows(stored, batch * heads, device)
         self.pend = torch.zeros(batch, heads, 0, width, dtype=dtype, device=device)  # [B, H, p, W]
         self.tokens = self.s0 = self.p0 = 0
+        self.fast = device.type == "cpu" and kernels.covers(stored.entry, dtype)  # the compiled decoder applies
 
     def _rows(self, x: torch.Tensor) -> torch.Tensor:
         """[B, H, n, W] -> [n / G, B*H, G*W] (a key group channel-major: each channel's G tokens together)."""
@@ -110,29 +112,41 @@ class Stream:
             return x.permute(2, 0, 1, 3).reshape(n, b * h, w)
         return x.reshape(b, h, n // g, g, w).permute(2, 0, 1, 4, 3).reshape(n // g, b * h, w * g)
 
-    def decoded(self) -> torch.Tensor:
-        """Packed tokens decoded: [B, H, rows * G, W]."""
-        n = self.packed.rows
-        if n == 0:
-            return self.pend[:, :, :0]
-        r = self.packed.read(self.dtype)  # [N, B*H, G*W]
+    def held(self) -> torch.Tensor:
+        """Every held token, packed ones decoded, then the residual: [B, H, T', W] in the model dtype."""
         b, h, w, g = self.batch, self.heads, self.width, self.group
-        if g == 1:
-            return r.view(n, b, h, w).permute(1, 2, 0, 3)
-        return r.view(n, b, h, w, g).permute(1, 2, 0, 4, 3).reshape(b, h, n * g, w)
+        n, p = self.packed.rows, self.pend.shape[2]
+        out = torch.empty(b, h, n * g + p, w, dtype=self.dtype, device=self.pend.device)
+        if n and self.fast:  # compiled: each packed byte read once, each value written in place
+            rows = self.packed.buf.data.view(n, b * h, -1)
+            kernels.decode_into(rows, self.packed.entry, self.packed.tensor_scales, g, out.view(b * h, -1, w))
+        elif n:  # decoded rows go straight into place (one conversion to the model dtype on the way)
+            r = self.packed.read()  # [N, B*H, G*W]
+            if g == 1:
+                out[:, :, :n].copy_(r.view(n, b, h, w).permute(1, 2, 0, 3))
+            else:
+                out[:, :, :n * g].view(b, h, n, g, w).copy_(r.view(n, b, h, w, g).permute(1, 2, 0, 4, 3))
+        if p:
+            out[:, :, n * g:].copy_(self.pend)
+        return out
 
     def update(self, x: torch.Tensor) -> torch.Tensor:
         """Store x [B, H, S, W]; return every held token then the new ones, decoded: [B, H, T', W]."""
-        self.pend = torch.cat([self.pend, x.to(self.dtype)], dim=2)
+        x = x.to(self.dtype)
         self.tokens += x.shape[2]
         res = self.stored.residual
-        q = res.quantized(self.tokens) if res is not None else self.tokens  # tokens that leave the residual
-        if q > self.p0:
-            n = q - self.p0
-            self.packed.append(self._rows(self.pend[:, :, :n]))
-            self.pend = self.pend[:, :, n:].clone()  # own storage: the quantized tokens' bytes are freed
-            self.p0 = q
-        out = torch.cat([self.decoded(), self.pend], dim=2)
+        if res is None:  # nothing waits: the new tokens go straight into the packed store
+            self.packed.append(self._rows(x))
+            self.p0 = self.tokens
+        else:
+            self.pend = torch.cat([self.pend, x], dim=2)
+            q = res.quantized(self.tokens)  # tokens that have left the residual
+            if q > self.p0:
+                n = q - self.p0
+                self.packed.append(self._rows(self.pend[:, :, :n]))
+                self.pend = self.pend[:, :, n:].clone()  # own storage: the quantized tokens' bytes are freed
+                self.p0 = q
+        out = self.held()
         if self.window is not None:
             self._evict(self.tokens - self.window)
         return out
@@ -344,8 +358,8 @@ class KvlabCache(Cache):
 
 
 def make_cache(config_or_model, kv_format=None, k_format=None, v_format=None, residual: int = 0, *,
-               block: int = 1, key_axis: str | None = None, per_layer: dict | None = None, mechanism=None,
-               dtype: torch.dtype | None = None) -> KvlabCache:
+               block: int = 1, key_axis: str | None = None, value_axis: str = "token", per_layer: dict | None = None,
+               mechanism=None, dtype: torch.dtype | None = None) -> KvlabCache:
     """A transformers cache for a model (or its config) that keeps K and V packed in kvlab formats.
 
     kv_format: one format for K and V (None: the model's dtype, as DynamicCache holds them);
@@ -353,6 +367,8 @@ def make_cache(config_or_model, kv_format=None, k_format=None, v_format=None, re
     residual: the most recent tokens kept unquantized (KIVI's R); block: tokens quantized together;
     key_axis: "channel" groups integer keys per channel over G tokens (KIVI), "token" along head_dim;
         default: "channel" on the growing layers of dense models, "token" elsewhere;
+    value_axis: "token" (KIVI, the default) or "channel" (integer values grouped as keys are, as transformers'
+        QuantizedCache groups both);
     per_layer: {layer: {option: value}} overrides of any of the above;
     mechanism: what attention reads on full-attention layers ('window=64', 'topk=32', 'capped=16x8,topk=32',
         'csa=4,topk=32,window=64', 'hca=32,window=64'; kvlab.hf.mechanisms); given a model, switches it to
@@ -371,13 +387,13 @@ def make_cache(config_or_model, kv_format=None, k_format=None, v_format=None, re
         for i, t in enumerate(types):
             windowed = t == "sliding_attention" or mech.window is not None
             if windowed and isinstance(per_layer.get(i, {}), dict):
-                per_layer[i] = {"key_axis": "token", **per_layer.get(i, {})}
+                per_layer[i] = {"key_axis": "token", "value_axis": "token", **per_layer.get(i, {})}
     key_axis = key_axis or ("channel" if kind == "dense" else "token")
     if dtype is None:
         dtype = model.dtype if model is not None else (getattr(_text_config(config), "dtype", None) or torch.bfloat16)
         dtype = getattr(torch, str(dtype).replace("torch.", "")) if not isinstance(dtype, torch.dtype) else dtype
     options = dict(kv_format=kv_format, k_format=k_format, v_format=v_format, residual=residual, block=block,
-                   key_axis=key_axis, per_layer=per_layer)
+                   key_axis=key_axis, value_axis=value_axis, per_layer=per_layer)
     cache = KvlabCache(config, options, dtype, mech)
     if model is not None and not mech.dense:
         use_kvlab_attention(model)

@@ -43,23 +43,20 @@ class PackedRows:
             packed, scales = codec.encode(x, self.entry, self.tensor_scales)  # [n, copies, entry B]
             if self.tensor_scales is None and any(s is not None for s in scales):
                 self.tensor_scales = scales
-        n0 = self.rows
-        self.buf.resize(n0 + len(x))
-        self.buf.write_range(n0, packed.reshape(len(x), -1))
+        # exact storage (one row per page) grows by exactly n rows: the old rows and the new in one copy
+        self.buf.data = torch.cat([self.buf.data, packed.reshape(len(x), -1)])
 
     def drop_front(self, n: int) -> None:
         """Evict the n oldest rows (a sliding window moving on); the rest move into a buffer of their own size."""
-        if n <= 0:
-            return
-        keep = self.buf.data[n:].clone()  # a copy, so the evicted rows' storage is freed
-        self.buf.data = keep
+        if n > 0:
+            self.buf.data = self.buf.data[n:].clone()  # a copy, so the evicted rows' storage is freed
 
-    def read(self, dtype: torch.dtype) -> torch.Tensor:
-        """Every row decoded: [rows, copies, elements] in `dtype`."""
+    def read(self) -> torch.Tensor:
+        """Every row decoded: [rows, copies, elements], float32 (raw formats: a view of their own dtype)."""
         rows = self.buf.data.view(self.rows, self.copies, self.entry.nbytes)  # [N, C, entry B]
         if self._raw is not None:
-            return rows.view(self._raw).to(dtype)
-        return codec.decode(rows, self.entry, self.tensor_scales).to(dtype)
+            return rows.view(self._raw)
+        return codec.decode(rows, self.entry, self.tensor_scales)
 
     def tensors(self) -> list[torch.Tensor]:
         return [self.buf.data] + [t for t in (self.tensor_scales or []) if t is not None]

@@ -70,6 +70,10 @@ class QuantizedTensor:
         """Int groups: (s, mn) fp32 per group: [*lead, nb] (channel axis: [*, T/G, D])."""
         f = self.fmt
         sw, zw = f.scale.bits // 8, f.zero_point.bits // 8
+        if f.scale == f.zero_point and f.scale.name in TORCH_DTYPES:  # (s, mn) pairs of one type: one view
+            sz = self.scales.contiguous().view(TORCH_DTYPES[f.scale.name]).float()  # [..., 2 nb]
+            sz = sz.reshape(*sz.shape[:-1], -1, 2)
+            return sz[..., 0], sz[..., 1]
         b = self.scales.reshape(*self.scales.shape[:-1], -1, sw + zw)
         return (decode_scale_bytes(b[..., :sw], f.scale).squeeze(-1),
                 decode_scale_bytes(b[..., sw:], f.zero_point).squeeze(-1))
@@ -89,6 +93,8 @@ class QuantizedTensor:
             out = v.reshape(*v.shape[:-2], -1, g, v.shape[-1]) * s.unsqueeze(-2)
             return (out if z is None else out + z.unsqueeze(-2)).reshape(v.shape)
         d, nb = v.shape[-1], s.shape[-1]
+        if nb == 1:  # one group per vector: broadcast its scale as is
+            return v * s if z is None else v * s + z
         if nb * g != d:
             v = torch.nn.functional.pad(v, (0, nb * g - d))
         out = v.reshape(*v.shape[:-1], nb, g) * s.unsqueeze(-1)  # [*lead, nb, G]
