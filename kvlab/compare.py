@@ -50,7 +50,7 @@ def layer_summary(layout: Layout) -> list[dict]:
     for layer in layout.layers:
         stores = ", ".join(f"{c.role} " + (f"{c.copies} x " if c.copies > 1 else "") + f"{c.entry.format_name} {c.entry.nbytes} B" + (f" /{c.ratio}" if c.ratio > 1 else "")
                            + (f" (window {c.window})" if c.window else "") for c in layer.components
-                           if c.role != "tail") or "-"
+                           if c.tail_of is None) or "-"
         bpt = sum((c.bytes_per_token for c in layer.components), Fraction(0))
         key = (layer.mode, stores, layer.source, bpt)
         if rows and rows[-1]["_key"] == key and rows[-1]["last"] == layer.index - 1:

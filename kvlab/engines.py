@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .errors import ParameterError
+from .checks import cdiv, need_int
 from .layout import Component, Layout, SessionBytes, build_layout, check_tokens
 
 
@@ -32,23 +32,22 @@ class Engine:
     def rows_per_page(self, c: Component) -> int:
         """Entries one page of component c holds: block_tokens / m for growing and windowed components; a
         compressor tail (at most m - 1 pending tokens) is one buffer page sized for all of them."""
-        if c.fixed_entries is not None:
-            return c.fixed_entries
-        return -(-self.block_tokens // c.tokens_per_entry)
+        if c.tail_of is not None:
+            return c.max_entries
+        return cdiv(self.block_tokens, c.tokens_per_entry)
 
     def page_bytes(self, c: Component) -> int:
         """Bytes of one page of component c (one layer)."""
-        raw = self.rows_per_page(c) * c.entry_bytes
-        return -(-raw // self.page_align) * self.page_align
+        return cdiv(self.rows_per_page(c) * c.entry_bytes, self.page_align) * self.page_align
 
     def pages(self, c: Component, tokens: int) -> int:
         """Pages component c holds after `tokens` tokens."""
-        if c.fixed_entries is not None:  # compressor tail: its one buffer page while anything is pending
+        if c.tail_of is not None:  # compressor tail: its one buffer page while anything is pending
             return 1 if c.entries(tokens) else 0
         if c.window is not None:  # a window of W tokens touches at most ceil((W-1)/B) + 1 blocks
             w = c.held_tokens(tokens)
-            return 0 if w == 0 else -(-(w - 1) // self.block_tokens) + 1
-        return -(-c.held_tokens(tokens) // self.block_tokens)
+            return 0 if w == 0 else cdiv(w - 1, self.block_tokens) + 1
+        return cdiv(c.held_tokens(tokens), self.block_tokens)
 
 
 EXACT = Engine("exact", source="the layout's own bytes, nothing rounded")
@@ -110,7 +109,7 @@ class Allocation:
             seen.setdefault(key, [0, c])[0] += 1
         total = 0
         for (role, ratio, eb), (n, c) in seen.items():
-            entries = -(-e.block_tokens // ratio)
+            entries = cdiv(e.block_tokens, ratio)
             pb = e.page_bytes(c)
             total += n * pb
             pad = f" -> {pb:,} B" if pb != entries * eb else ""
@@ -130,7 +129,4 @@ def allocate(model, scheme: str = "storage", kv_format=None, engine: Engine | No
 
 def paged(block_tokens: int, page_align: int = 1, name: str = "paged") -> Engine:
     """A custom paged engine."""
-    for k, v in (("block_tokens", block_tokens), ("page_align", page_align)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ParameterError(f"{k} must be a positive integer, got {v!r}")
-    return Engine(name, block_tokens, page_align)
+    return Engine(name, need_int("block_tokens", block_tokens, 1), need_int("page_align", page_align, 1))

@@ -19,3 +19,11 @@ class UnknownFormatError(KvlabError):
 
 class ParameterError(KvlabError):
     """A bad parameter value (negative token count, unknown layout, ...)."""
+
+
+class ShapeError(KvlabError):
+    """Tensors whose shapes do not fit together, or do not fit the cache they are written to."""
+
+
+class CacheFormatError(KvlabError):
+    """A cache (KV store) in a different number format or width than the caller expects."""

@@ -12,11 +12,11 @@ as ``int4_g64`` (group of 64), ``fp8_e4m3_b128`` (one FP32 scale per 128) or
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
+from .checks import cdiv
 from .errors import UnknownFormatError
 
 
@@ -78,12 +78,12 @@ class Format:
     # --- bytes ----------------------------------------------------------------------------
     def data_bytes(self, n: int) -> int:
         """Bytes of packed element codes for a vector of n elements (whole bytes)."""
-        return math.ceil(n * self.element.bits / 8)
+        return cdiv(n * self.element.bits, 8)
 
     def scales_per(self, n: int) -> int:
         """Number of per-entry scales stored with a vector of n elements."""
         if self.scope == "block":
-            return math.ceil(n / self.block)
+            return cdiv(n, self.block)
         if self.scope == "token":
             return 1 if n else 0
         return 0

@@ -52,8 +52,7 @@ class Entry:
 
     @property
     def nbytes(self) -> int:
-        raw = sum(p.nbytes for p in self.parts)
-        return -(-raw // self.align) * self.align
+        return cdiv(sum(p.nbytes for p in self.parts), self.align) * self.align
 
     @property
     def elements(self) -> int:
@@ -100,22 +99,36 @@ class Residual:
 
 @dataclass(frozen=True)
 class Component:
-    """One kind of state a layer caches."""
+    """One kind of state a layer caches: growing (every token or every m-th), a sliding window, or the
+    tail of a compressed component (its < m pending tokens)."""
 
     role: str  # "k", "v", "latent", "index", "main", "swa", "tail", "k_residual", ...
     entry: Entry  # what one stored entry is
     copies: int = 1  # entries per stored position (KV heads)
-    ratio: int = 1  # tokens per entry (1 = every token; m = compressed)
+    ratio: int = 1  # tokens per entry (1 = every token; m = compressed; a tail: its owner's m)
     window: int | None = None  # keeps only the last `window` tokens (bounded); None grows
-    fixed_entries: int | None = None  # a fixed-size buffer of this many entries (compressor tail)
+    tail_of: str | None = None  # a compressor tail: role of the compressed component whose pending tokens it holds
     group: int = 1  # tokens packed side by side into one entry (KIVI keys: G tokens x D channels, per channel)
     residual: Residual | None = None  # the split between a quantized store and its full-precision residual
     pending: bool = False  # this component is the residual: it holds the tokens not yet quantized
     partial: bool = True  # a partly filled compressed entry is held (ceil); False: complete entries only (floor)
 
+    def __post_init__(self):
+        if self.tail_of is not None and (self.ratio < 2 or self.window is not None):
+            raise ParameterError(f"a tail of {self.tail_of!r} needs its owner's ratio m >= 2 and no window, "
+                                 f"got ratio {self.ratio}, window {self.window}")
+        if self.window is not None and self.tokens_per_entry != 1:
+            raise ParameterError(f"{self.role}: a windowed component keeps tokens one by one (ratio 1, group 1), "
+                                 f"got ratio {self.ratio}, group {self.group}")
+
+    @property
+    def key(self) -> str:
+        """Its name inside the layer: the role, or '<owner>_tail' for a compressor tail."""
+        return self.role if self.tail_of is None else f"{self.tail_of}_tail"
+
     @property
     def grows(self) -> bool:
-        return self.window is None and self.fixed_entries is None and not self.pending
+        return self.window is None and self.tail_of is None and not self.pending
 
     @property
     def tokens_per_entry(self) -> int:
@@ -138,23 +151,23 @@ class Component:
         return held
 
     def entries(self, tokens: int) -> int:
-        """Entries held after `tokens` tokens (a partly filled compressed entry counts: ceil)."""
-        if self.fixed_entries is not None:
-            return min(self.fixed_entries, tokens % self.ratio if self.ratio > 1 else tokens)
+        """Entries held after `tokens` tokens (a partly filled compressed entry counts: ceil, unless `partial`
+        is False; a tail holds the T mod m tokens not yet closed into an entry)."""
+        if self.tail_of is not None:
+            return tokens % self.ratio
         held = self.held_tokens(tokens)
         return cdiv(held, self.tokens_per_entry) if self.partial else held // self.tokens_per_entry
 
     @property
     def max_entries(self) -> int | None:
-        """Most entries a bounded component ever holds; None for growing ones."""
-        if self.fixed_entries is not None:
-            return self.fixed_entries
+        """Most entries a bounded component ever holds (window W, tail m - 1, a residual R + block - 1);
+        None for growing ones."""
+        if self.tail_of is not None:
+            return self.ratio - 1
         if self.pending:
             most = self.residual.max_pending
             return cdiv(most if self.window is None else min(most, self.window), self.tokens_per_entry)
-        if self.window is not None:
-            return cdiv(self.window, self.tokens_per_entry)
-        return None
+        return self.window
 
     def bytes_at(self, tokens: int) -> int:
         return self.entry_bytes * self.entries(tokens)
@@ -249,33 +262,22 @@ class Layout:
             for c in layer.components:
                 out.append(dict(layer=layer.index, mode=layer.mode, role=c.role, format=c.entry.format_name,
                                 entry_bytes=c.entry.nbytes, copies=c.copies, ratio=c.ratio,
-                                window=c.window or c.fixed_entries, bytes_per_token=float(c.bytes_per_token),
+                                window=c.window or c.max_entries, bytes_per_token=float(c.bytes_per_token),
                                 source=layer.source))
         return out
 
 
 def check_tokens(tokens) -> int:
-    """A token count: a non-negative integer (numpy integers and integral floats accepted)."""
-    if isinstance(tokens, bool):
-        raise ParameterError(f"tokens must be a non-negative integer, got {tokens!r}")
-    if isinstance(tokens, float) and tokens.is_integer():
-        tokens = int(tokens)
-    try:
-        import operator
-        tokens = operator.index(tokens)
-    except TypeError:
-        raise ParameterError(f"tokens must be a non-negative integer, got {tokens!r}") from None
-    if tokens < 0:
-        raise ParameterError(f"tokens must be a non-negative integer, got {tokens}")
-    return tokens
+    """A token count: an integer >= 0 (numpy integers and integral floats accepted)."""
+    return need_int("tokens", tokens, 0)
 
 
 # --- the formats each scheme gives each role --------------------------------------------------
-# Entry recipes: a role maps to a list of (part, format) where part is "all", "nope" or "rope"
+# ENTRY_FORMATS[(family, scheme)][role]: a list of (part, format) where part is "all", "nope" or "rope"
 # ("latent" for MLA). None as a format means the checkpoint dtype. Sources: models.md.
 V4_ENTRY = (("nope", "fp8_e4m3_b64_ue8m0"), ("rope", "bf16"))  # 448 + 7 + 128 = 583 -> 584 B (align 8)
 FP8_DS_MLA = (("latent", "fp8_e4m3_b128"), ("rope", "bf16"))  # 512 + 16 + 128 = 656 B (FlashMLA / vLLM)
-RECIPES: dict[tuple[str, str], dict[str, tuple]] = {
+ENTRY_FORMATS: dict[tuple[str, str], dict[str, tuple]] = {
     ("dense", "storage"): {"kv": (("all", None),)},
     ("dense", "vllm"): {"kv": (("all", None),)},
     ("mla", "storage"): {"latent": (("latent", None), ("rope", None))},
@@ -295,11 +297,11 @@ def _entry(spec: ModelSpec, family: str, scheme: str, role: str, dims: dict[str,
     if kv_format is not None or scheme == "bf16":
         fmt = kv_format or get_format("bf16")
         return Entry((Part(role, sum(dims.values()), fmt),))
-    recipe = RECIPES.get((family, scheme))
+    recipe = ENTRY_FORMATS.get((family, scheme))
     if recipe is None:
         raise ParameterError(f"{spec.name}: no published {scheme!r} layout for a {family} model "
                              f"({spec.description}); use one of: "
-                             f"{', '.join(s for s in SCHEMES if (family, s) in RECIPES or s == 'bf16')}")
+                             f"{', '.join(s for s in SCHEMES if (family, s) in ENTRY_FORMATS or s == 'bf16')}")
     parts = []
     for part, fname in recipe[role]:
         n = sum(dims.values()) if part == "all" else dims[part]
@@ -401,7 +403,7 @@ def build_layout(model: str | ModelSpec, scheme: str = "storage", kv_format: str
     time, and per-layer overrides {layer: {option: value}} of any of these (see `KVPlan`)."""
     spec = load_model(model)
     if scheme not in SCHEMES:
-        raise ParameterError(f"unknown layout {scheme!r}; choose one of {', '.join(SCHEMES)}")
+        raise ParameterError(f"unknown layout scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
     base = dict(kv_format=kv_format, k_format=k_format, v_format=v_format, residual=residual, block=block,
                 key_axis=key_axis, value_axis=value_axis)
     default = kv_plan(**base)
@@ -519,13 +521,14 @@ def _v4_entries(spec, scheme, fmt) -> tuple[Entry, Entry, Entry]:
             _entry(spec, spec.family, scheme, "swa", dims, fmt))
 
 
-def _tail(spec, entry_dims: int, ratio: int, overlap: bool) -> Component:
-    """Compressor tail: the kv and gate projections of the < m pending tokens, in BF16.
+def _tail(owner: Component, entry_dims: int, overlap: bool) -> Component:
+    """The tail of compressed component `owner`: the kv and gate projections of its < m pending tokens, in BF16.
 
     Assumption (documented, bounded): an overlapping (CSA) compressor keeps projections of width
     2d, a non-overlapping (HCA) one width d, as in DeepSeek's reference compressor."""
     width = 2 * entry_dims * (2 if overlap else 1)  # kv + gate
-    return Component("tail", Entry((Part("tail", width, get_format("bf16")),)), ratio=ratio, fixed_entries=ratio - 1)
+    return Component("tail", Entry((Part("tail", width, get_format("bf16")),)), ratio=owner.ratio,
+                     tail_of=owner.role)
 
 
 def _dsv4(spec, scheme, fmt):
@@ -535,13 +538,12 @@ def _dsv4(spec, scheme, fmt):
         comps = [Component("swa", swa, window=spec.sliding_window)]
         if m:
             csa = m < 128  # CSA layers carry indexer keys; HCA (m = 128) do not
-            comps.append(Component("main", main, ratio=m))
+            owners = [(Component("main", main, ratio=m), spec.head_dim, csa)]
             if csa:
-                comps.append(Component("index", index, ratio=m))
+                owners.append((Component("index", index, ratio=m), spec.index_head_dim, True))
+            comps += [c for c, _, _ in owners]
             if m > 1:
-                comps.append(_tail(spec, spec.head_dim, m, csa))
-                if csa:
-                    comps.append(_tail(spec, spec.index_head_dim, m, True))
+                comps += [_tail(c, dims, overlap) for c, dims, overlap in owners]
         layers.append(LayerCache(i, "swa" if not m else ("csa" if m < 128 else "hca"), tuple(comps)))
     notes = ["every layer keeps a sliding window of `sliding_window` tokens (bounded)",
              "CSA layers (ratio 4) store a compressed entry and an indexer key per 4 tokens; HCA (ratio 128) "
@@ -560,9 +562,11 @@ def _dsv41(spec, scheme, fmt):
             layers.append(LayerCache(i, "swa", tuple(comps)))
             continue
         if i in sources:
-            comps += [Component("main", main, ratio=m), Component("index", index, ratio=m)]
+            owners = [(Component("main", main, ratio=m), spec.head_dim), (Component("index", index, ratio=m),
+                                                                           spec.index_head_dim)]
+            comps += [c for c, _ in owners]
             if m > 1:
-                comps += [_tail(spec, spec.head_dim, m, True), _tail(spec, spec.index_head_dim, m, True)]
+                comps += [_tail(c, dims, True) for c, dims in owners]
             layers.append(LayerCache(i, "full", tuple(comps)))
         else:
             src = max((s for s in sources if s <= i), default=None)

@@ -4,14 +4,17 @@ import math
 import pytest
 import torch
 
-from kvlab.attention import (AttentionShapeError, CacheFormatError, Compressor, KVStore, MLAWeights, SelectionError,
+from kvlab.attention import (AttentionShapeError, CacheFormatError, Compressor, MLAWeights, SelectionError,
                              Stack, StackConfig, WindowState, candidate_pool, causal_mask, cosine,
                              dense_attention, gated_pool, index_scores, kl, logits_kl, mass_covered, mla_absorbed,
                              mla_decode, mla_expanded, model_plan, pool_keys, recall_at_k, rel_error, select_topk,
                              sparse_attention, window_attention)
 from kvlab.attention.rope import apply_rope, rms_norm
 from kvlab.attention.window import window_positions
+from kvlab.cache import vector_store
+from kvlab.errors import ShapeError
 from kvlab.models import load_model
+from kvlab.quant import roundtrip
 
 TOL = 1e-5  # float32 paths that only reorder sums
 
@@ -59,11 +62,11 @@ def test_mla_absorbed_equals_expanded():
     c, kp = rand(2, 11, 32, seed=3), rand(2, 11, 8, seed=4)
     a, e = mla_absorbed(w, qn, qp, c, kp), mla_expanded(w, qn, qp, c, kp)
     assert rel_error(e, a) < 1e-5  # same math, summed in another order
-    store = KVStore(32 + 8, "bf16", "latent")
-    store.append(torch.cat([c, kp], -1))
-    lat = store.read()
-    d = mla_decode(w, qn[:, :, -1:], qp[:, :, -1:], store)
-    ref = mla_expanded(w, qn[:, :, -1:], qp[:, :, -1:], lat[..., :32], lat[..., 32:])
+    store = vector_store(32 + 8, "bf16", "latent")  # a kvlab.cache store holds one sequence: batch 0's latents
+    store.append(torch.cat([c, kp], -1)[0][:, None])  # [T, 1, r + dr]
+    lat = store.read().transpose(0, 1)  # [1, T, r + dr]
+    d = mla_decode(w, qn[:1, :, -1:], qp[:1, :, -1:], store)
+    ref = mla_expanded(w, qn[:1, :, -1:], qp[:1, :, -1:], lat[..., :32], lat[..., 32:])
     assert rel_error(ref, d) < 1e-5
     with pytest.raises(CacheFormatError, match="40-wide"):
         mla_decode(MLAWeights.random(4, 16, 16, 8, 16), qn, qp, store)
@@ -192,11 +195,11 @@ def test_bad_input_names_the_mismatch():
         window_attention(q, k, k, 0)
     with pytest.raises(SelectionError, match="compression ratio m"):
         Compressor.random(8, 4, 0, False)
-    s = KVStore(8, "nvfp4", "main")
+    s = vector_store(8, "nvfp4", "main")
     with pytest.raises(CacheFormatError, match="main cache is in nvfp4, expected mxfp4"):
         s.expect("mxfp4")
-    with pytest.raises(AttentionShapeError, match="width 4, the store holds 8"):
-        s.append(rand(1, 2, 4))
+    with pytest.raises(ShapeError, match="width 4, the store holds 8"):
+        s.append(rand(2, 1, 4))
     with pytest.raises(SelectionError, match="index_topk"):
         StackConfig(index_topk=0)
     with pytest.raises(SelectionError, match="unknown roles"):
@@ -205,12 +208,13 @@ def test_bad_input_names_the_mismatch():
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp8_e4m3", "nvfp4", "mxfp4", "int4", "int2"])
 def test_store_roundtrips_through_format(fmt):
-    x = rand(1, 6, 32, seed=5)
-    s = KVStore(32, fmt, "main", window=4)
+    x = rand(6, 1, 32, seed=5)  # [n, copies, width]
+    s = vector_store(32, fmt, "main", window=4)
     y = s.append(x)
-    assert s.entries == 4 and torch.equal(s.read(), y[:, -4:])
+    assert s.entries == 4 and torch.equal(s.read(), y[-4:])
     from kvlab.formats import get_format
-    assert s.nbytes == 4 * get_format(fmt).entry_bytes(32)  # bytes from the formats table
+    f = get_format(fmt)
+    assert s.held_bytes == 4 * f.entry_bytes(32) + f.tensor_bytes  # bytes from the formats table (+ a pinned scale)
     limit = {"bf16": 0.01, "fp8_e4m3": 0.06, "nvfp4": 0.15, "mxfp4": 0.2, "int4": 0.15, "int2": 0.6}[fmt]
     assert rel_error(x, y) < limit
 
@@ -264,28 +268,33 @@ def test_stack_dense_reference_and_replay():
 
 @pytest.mark.parametrize("fmt", ["bf16", "nvfp4", "mxfp4", "int4", "fp8_e4m3_b64_ue8m0"])
 def test_packed_store_holds_the_same_values(fmt):
-    """The packed backend (kvlab.cache bytes) decodes to exactly what the unpacked one keeps."""
-    x = rand(1, 9, 32, seed=7)
-    a, b = KVStore(32, fmt, "swa", window=4), KVStore(32, fmt, "swa", window=4, packed=True)
-    assert torch.equal(a.append(x[:, :5]), b.append(x[:, :5]))
-    a.append(x[:, 5:])
-    b.append(x[:, 5:])
-    assert torch.equal(a.read(), b.read()) and b.entries == 4
+    """The packed store (kvlab.cache bytes) decodes to exactly the quantizer's values (kvlab.quant.roundtrip)."""
+    x = rand(9, 1, 32, seed=7)  # [n, copies, width]
+    b = vector_store(32, fmt, "swa", window=4)
+    assert torch.equal(roundtrip(x[:5], fmt), b.append(x[:5]))
+    b.append(x[5:])
+    assert torch.equal(roundtrip(x[5:], fmt)[-4:], b.read()) and b.entries == 4
     from kvlab.formats import get_format
-    assert b.nbytes == a.nbytes == 4 * get_format(fmt).entry_bytes(32)  # held bytes == the formats table
+    assert b.held_bytes == 4 * get_format(fmt).entry_bytes(32)  # held bytes == the formats table
     with pytest.raises(AttentionShapeError, match="one sequence"):
-        b.append(rand(2, 1, 32))
+        Stack(StackConfig(hidden=32, head_dim=16)).forward(torch.zeros(2, 1, dtype=torch.long))
 
 
 def test_stack_reads_packed_caches():
+    """The stack's caches are kvlab.cache stores: they hold the formats table's bytes, and reruns agree exactly."""
+    from kvlab.formats import get_format
     f = {"main": "nvfp4", "index": "mxfp4", "swa": "fp8_e4m3_b64_ue8m0"}
     ids = torch.randint(0, 128, (1, 40), generator=torch.Generator().manual_seed(3))
     outs = []
-    for packed in (False, True):
-        s = Stack(StackConfig(hidden=32, head_dim=16, window=6, index_topk=4, formats=f, packed=packed))
+    for _ in range(2):
+        s = Stack(StackConfig(hidden=32, head_dim=16, window=6, index_topk=4, formats=f))
         s.prefill(ids[:, :36])
         outs.append((s.decode(ids[:, 36:]), s.cache_bytes()))
     assert torch.equal(outs[0][0], outs[1][0]) and outs[0][1] == outs[1][1]
+    b = outs[0][1]
+    assert b["window"] == len(s.swa) * 6 * get_format(f["swa"]).entry_bytes(16)
+    assert b["main"] == sum(st.entries for st in s.main.values()) * get_format("nvfp4").entry_bytes(16) > 0
+    assert b["index"] == sum(st.entries for st in s.index.values()) * get_format("mxfp4").entry_bytes(16) > 0
 
 
 def test_weight_free_evaluation():

@@ -139,7 +139,7 @@ def test_paged_compressor_tails_take_one_page(tokens):
     a = allocate("deepseek-v4-flash", "vllm")
     c = KVCache(a.layout, a.engine)
     c.fill(tokens)
-    tails = [c.stores[(s.layer, s.key)] for s in c.slots if s.key.endswith("_tail") and s.component.ratio == 128]
+    tails = [c.stores[(s.layer, s.key)] for s in c.slots if s.component.tail_of and s.component.ratio == 128]
     assert tails and all(st.buf.pages == (1 if tokens % 128 else 0) for st in tails)
     assert c.held_bytes() == a.session(tokens).total
 
@@ -154,7 +154,7 @@ def test_paged_appends_match_paged_fill():
         f.fill(c.tokens)
         assert c.held_bytes() == f.held_bytes()
         for s in c.slots:  # and the same values, in the same order
-            if s.component.fixed_entries is None and s.key == "swa":
+            if s.component.tail_of is None and s.key == "swa":
                 assert c.read(s.layer, s.key).shape == f.read(s.layer, s.key).shape
 
 

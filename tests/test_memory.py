@@ -40,7 +40,7 @@ def test_measure_cache_exact(name, tokens):
 
 @pytest.mark.parametrize("name,tokens", [("qwen3-8b", 1001), ("deepseek-v4-flash", 1025)])
 def test_measure_cache_paged_difference_is_page_rounding(name, tokens):
-    m = measure_cache(name, tokens, layout="vllm", paged=True, device="cpu")
+    m = measure_cache(name, tokens, scheme="vllm", paged=True, device="cpu")
     a = allocate(name, "vllm")
     assert m.predicted_rounding_bytes == a.session(tokens).total - a.layout.session(tokens).total > 0
     assert m.difference_bytes == m.predicted_rounding_bytes

@@ -1,28 +1,18 @@
-"""Input checks for the attention prototype: shapes, counts and formats, with errors naming the mismatch."""
+"""Input checks for the attention prototype: tensor shapes, with errors naming the mismatch. Counts are checked
+with kvlab.checks.need_int(..., error=SelectionError)."""
 from __future__ import annotations
 
 import torch
 
-from ..errors import KvlabError
+from ..errors import KvlabError, ShapeError
 
 
-class AttentionShapeError(KvlabError):
-    """Tensors whose shapes do not fit together (or do not fit the layout)."""
+class AttentionShapeError(ShapeError):
+    """Attention inputs whose shapes do not fit together (or do not fit the layout)."""
 
 
 class SelectionError(KvlabError):
     """A top-k or candidate pool that asks for more positions than exist, or a window / ratio below 1."""
-
-
-class CacheFormatError(KvlabError):
-    """A cache (KV store) in a different number format or width than the mechanism expects."""
-
-
-def need_int(name: str, value, minimum: int = 1) -> int:
-    """An integer >= minimum, else SelectionError naming `name`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SelectionError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 def need_dims(name: str, t: torch.Tensor, ndim: int, what: str) -> torch.Tensor:

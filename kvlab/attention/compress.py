@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .checks import AttentionShapeError, need_dims, need_int, same
+from ..checks import need_int
+from .checks import AttentionShapeError, SelectionError, need_dims, same
 from .rope import apply_rope, rms_norm
 
 
@@ -24,7 +25,7 @@ def gated_pool(kv: torch.Tensor, gate: torch.Tensor, m: int, overlap: bool,
 
     `prev` = (Ca kv, Ca gate) [B, m, d] of the window before the first one (overlap only); without it
     window 0's first half gets zero weight (-inf gate)."""
-    need_int("compression ratio m", m)
+    m = need_int("compression ratio m", m, 1, error=SelectionError)
     need_dims("kv", kv, 3, "[B, T, width]")
     same("kv shape", kv.shape, "gate shape", gate.shape)
     b, t, width = kv.shape
@@ -33,30 +34,30 @@ def gated_pool(kv: torch.Tensor, gate: torch.Tensor, m: int, overlap: bool,
     n = t // m
     kv, gate = kv.float().view(b, n, m, width), gate.float().view(b, n, m, width)  # [B, n, m, width]
     if not overlap:
-        return (kv * gate.softmax(dim=2)).sum(2)
+        return (kv * gate.softmax(dim=2)).sum(2)  # [B, n, d]: softmax over each window's m slots
     if width % 2:
         raise AttentionShapeError(f"overlapping compression needs an even projection width, got {width}")
     d = width // 2
     slots_kv = kv.new_zeros(b, n, 2 * m, d)  # [B, n, 2m, d]
-    slots_g = kv.new_full((b, n, 2 * m, d), float("-inf"))
+    slots_g = kv.new_full((b, n, 2 * m, d), float("-inf"))  # [B, n, 2m, d]
     slots_kv[:, :, m:], slots_g[:, :, m:] = kv[..., d:], gate[..., d:]  # Cb of window w
     slots_kv[:, 1:, :m], slots_g[:, 1:, :m] = kv[:, :-1, :, :d], gate[:, :-1, :, :d]  # Ca of window w-1
     if prev is not None:
-        slots_kv[:, 0, :m], slots_g[:, 0, :m] = prev[0].float(), prev[1].float()
-    return (slots_kv * slots_g.softmax(dim=2)).sum(2)
+        slots_kv[:, 0, :m], slots_g[:, 0, :m] = prev[0].float(), prev[1].float()  # [B, m, d] each
+    return (slots_kv * slots_g.softmax(dim=2)).sum(2)  # [B, n, d]: softmax over 2m slots
 
 
 def pool_keys(x: torch.Tensor, m: int, overlap: bool = False) -> torch.Tensor:
     """Weight-free compression of given keys or values [B, (H,) T, d] with a uniform gate (mean pooling
     over m, or over 2m overlapping tokens): [B, (H,) T // m, d]. A partial last window is left out."""
-    need_int("compression ratio m", m)
+    m = need_int("compression ratio m", m, 1, error=SelectionError)
     shape = x.shape
     flat = x.reshape(-1, shape[-2], shape[-1])  # [B*H, T, d]
     n = flat.shape[1] // m * m
     flat = flat[:, :n]
-    src = torch.cat([flat, flat], -1) if overlap else flat
-    out = gated_pool(src, torch.zeros_like(src), m, overlap)
-    return out.reshape(*shape[:-2], n // m, shape[-1])
+    src = torch.cat([flat, flat], -1) if overlap else flat  # [B*H, n, width]: both CSA series see the key
+    out = gated_pool(src, torch.zeros_like(src), m, overlap)  # [B*H, n / m, d]
+    return out.reshape(*shape[:-2], n // m, shape[-1])  # [B, (H,) n / m, d]
 
 
 @dataclass
@@ -75,7 +76,7 @@ class Compressor:
     eps: float = 1e-6  # RMSNorm epsilon
 
     def __post_init__(self):
-        need_int("compression ratio m", self.ratio)
+        self.ratio = need_int("compression ratio m", self.ratio, 1, error=SelectionError)
         same("w_kv width", self.w_kv.shape[1], "compressor width", self.width)
         same("bias shape[0]", self.bias.shape[0], "compression ratio m", self.ratio)
 
@@ -90,17 +91,20 @@ class Compressor:
     @classmethod
     def random(cls, hidden: int, dim: int, ratio: int, overlap: bool, rope_dim: int = 0, seed: int = 0,
                rope_theta: float = 160000.0) -> "Compressor":
-        need_int("compression ratio m", ratio)
+        ratio = need_int("compression ratio m", ratio, 1, error=SelectionError)
         g = torch.Generator().manual_seed(seed)
         w = dim * (2 if overlap else 1)
-        return cls(ratio, dim, overlap, torch.randn(hidden, w, generator=g) / math.sqrt(hidden),
-                   torch.randn(hidden, w, generator=g) / math.sqrt(hidden), 0.1 * torch.randn(ratio, w, generator=g),
-                   1 + 0.1 * torch.randn(dim, generator=g), rope_dim, rope_theta)
+        w_kv = torch.randn(hidden, w, generator=g) / math.sqrt(hidden)  # [hidden, width]
+        w_gate = torch.randn(hidden, w, generator=g) / math.sqrt(hidden)  # [hidden, width]
+        bias = 0.1 * torch.randn(ratio, w, generator=g)  # [m, width]
+        norm = 1 + 0.1 * torch.randn(dim, generator=g)  # [d]
+        return cls(ratio=ratio, dim=dim, overlap=overlap, w_kv=w_kv, w_gate=w_gate, bias=bias, norm=norm,
+                   rope_dim=rope_dim, rope_theta=rope_theta)
 
     def finish(self, pooled: torch.Tensor, first_entry: int) -> torch.Tensor:
         """RMSNorm then RoPE at each entry's first-token position: [B, n, d]."""
         y = rms_norm(pooled, self.norm, self.eps)
-        pos = (torch.arange(pooled.shape[1]) + first_entry) * self.ratio
+        pos = (torch.arange(pooled.shape[1]) + first_entry) * self.ratio  # [n] first-token positions
         return apply_rope(y, pos, self.rope_dim, self.rope_theta)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -108,7 +112,8 @@ class Compressor:
         need_dims("x", x, 3, "[B, T, hidden]")
         same("x width", x.shape[-1], "compressor hidden size", self.hidden)
         n = x.shape[1] // self.ratio * self.ratio
-        kv, gate = x[:, :n].float() @ self.w_kv, x[:, :n].float() @ self.w_gate + self.bias.repeat(n // self.ratio, 1)
+        kv = x[:, :n].float() @ self.w_kv  # [B, n, width]
+        gate = x[:, :n].float() @ self.w_gate + self.bias.repeat(n // self.ratio, 1)  # [B, n, width]
         return self.finish(gated_pool(kv, gate, self.ratio, self.overlap), 0)
 
     def state(self) -> "CompressorState":
@@ -135,9 +140,9 @@ class CompressorState:
         c = self.comp
         need_dims("x", x, 3, "[B, S, hidden]")
         same("x width", x.shape[-1], "compressor hidden size", c.hidden)
-        kv, gate = x.float() @ c.w_kv, x.float() @ c.w_gate
+        kv, gate = x.float() @ c.w_kv, x.float() @ c.w_gate  # [B, S, width] each
         if self.tail_kv is not None:
-            kv, gate = torch.cat([self.tail_kv, kv], 1), torch.cat([self.tail_gate, gate], 1)
+            kv, gate = torch.cat([self.tail_kv, kv], 1), torch.cat([self.tail_gate, gate], 1)  # [B, p + S, width]
         n = kv.shape[1] // c.ratio * c.ratio
         self.tail_kv, self.tail_gate = kv[:, n:], gate[:, n:]
         assert self.pending < c.ratio  # the tail is bounded

@@ -46,7 +46,7 @@ def attention_logits(q, k, scale: float | None = None, mask: torch.Tensor | None
     """Scaled scores [B, H, S, T], -inf where mask is False."""
     _check(q, k, k)
     scale = scale if scale is not None else 1 / math.sqrt(q.shape[-1])
-    s = torch.matmul(q.float(), expand_kv(k, q.shape[1]).float().transpose(-1, -2)) * scale
+    s = torch.matmul(q.float(), expand_kv(k, q.shape[1]).float().transpose(-1, -2)) * scale  # [B, H, S, T]
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf"))
     return s
@@ -57,8 +57,8 @@ def attention_probs(q, k, scale=None, mask=None, sinks: torch.Tensor | None = No
     s = attention_logits(q, k, scale, mask)
     if sinks is None:
         return torch.softmax(s, dim=-1)
-    sk = sinks.float().view(1, -1, 1, 1).expand(s.shape[0], -1, s.shape[2], 1)
-    return torch.softmax(torch.cat([s, sk], dim=-1), dim=-1)[..., :-1]
+    sk = sinks.float().view(1, -1, 1, 1).expand(s.shape[0], -1, s.shape[2], 1)  # [B, H, S, 1]
+    return torch.softmax(torch.cat([s, sk], dim=-1), dim=-1)[..., :-1]  # [B, H, S, T + 1] -> [B, H, S, T]
 
 
 def dense_attention(q, k, v, causal: bool = False, scale: float | None = None, mask: torch.Tensor | None = None,
@@ -70,5 +70,5 @@ def dense_attention(q, k, v, causal: bool = False, scale: float | None = None, m
     if sinks is None:
         return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, scale=scale,
                                               enable_gqa=q.shape[1] != k.shape[1])
-    p = attention_probs(q, k, scale, mask, sinks)
-    return torch.matmul(p, expand_kv(v, q.shape[1]).float())
+    p = attention_probs(q, k, scale, mask, sinks)  # [B, H, S, T]
+    return torch.matmul(p, expand_kv(v, q.shape[1]).float())  # [B, H, S, Dv]

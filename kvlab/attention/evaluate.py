@@ -1,15 +1,16 @@
 """Weight-free accuracy of each mechanism against dense attention, and a synthetic needle sweep.
 
 One decode query (H heads, MQA/GQA keys) over T synthetic tokens. Keys are Gaussian; the query leans on
-a few "hot" keys so attention is peaked, as in trained models. Each mechanism reads the cache through
-KVStores in a kvlab format (quantize on write, dequantize on read) and is compared with fp32 dense
-attention on the same inputs:
+a few "hot" keys so attention is peaked, as in trained models. Each mechanism reads its cached entries as a
+kvlab format stores them (`kvlab.quant.roundtrip`: quantized, read back; one KV head at a time) and is
+compared with fp32 dense attention on the same inputs:
   rel_error, cosine  of the outputs
   kl                 KL(approx || dense) over token positions; a compressed entry's mass is spread evenly
                      over the tokens it pools (for a pure top-k selection this equals -log(mass covered))
   recall             indexer recall@k: selected positions (entries) among the true top-k of dense attention
   mass               dense attention mass on the tokens the mechanism reads
-  bytes              bytes the mechanism's stores hold at T tokens (from kvlab.formats via KVStore)
+  bytes              bytes the mechanism's cached entries take at T tokens (kvlab.formats' entry bytes; the
+                     packed stores that hold such entries are kvlab.cache's, used by the stack)
 Needle: a key aligned with the query planted at a depth; retrieval = cosine(output, needle value).
 Compression here pools with a uniform gate (mean pooling): a trained gate can lift salient tokens, so the
 CSA / HCA rows are a lower bound for pooled entries, not a measurement of DeepSeek's trained compressor.
@@ -21,13 +22,16 @@ from dataclasses import dataclass
 
 import torch
 
-from .checks import SelectionError, need_int
+from ..checks import need_int
+from ..formats import get_format
+from ..quant.metrics import cosine, rel_error
+from ..quant.roundtrip import roundtrip
+from .checks import SelectionError
 from .compress import pool_keys
 from .dense import attention_probs, dense_attention
 from .indexer import candidate_pool, index_scores, select_topk
-from .metrics import cosine, kl, mass_covered, recall_at_k, rel_error
-from .mla import MLAWeights, mla_decode, mla_expanded
-from .store import KVStore
+from .metrics import kl, mass_covered, recall_at_k
+from .mla import MLAWeights, mla_absorbed, mla_expanded
 from .window import window_positions
 
 MECHANISMS = ("dense", "window", "topk", "capped", "csa", "hca", "mla")  # mla: latent cache, no needle sweep
@@ -55,7 +59,7 @@ class EvalSetup:
     def __post_init__(self):
         for k in ("heads", "kv_heads", "head_dim", "index_heads", "index_dim", "window", "topk", "candidate_blocks",
                   "candidate_block_size", "csa_ratio", "hca_ratio"):
-            need_int(k, getattr(self, k))
+            object.__setattr__(self, k, need_int(k, getattr(self, k), 1, error=SelectionError))  # frozen
         if self.heads % self.kv_heads:
             raise SelectionError(f"heads = {self.heads} is not a multiple of kv_heads = {self.kv_heads}")
 
@@ -80,21 +84,21 @@ def problem(setup: EvalSetup, tokens: int, seed: int = 0, needle_depth: float | 
     Background logits q.k / sqrt(D) are about N(0, 1); `hot` random keys (and, more weakly, the most recent
     tokens) are aligned with the query so their logits sit `strength` to 2 x `strength` higher. A needle key
     gets logit 2.5 x `strength` and a distinct value."""
-    need_int("tokens", tokens)
+    tokens = need_int("tokens", tokens, 1, error=SelectionError)
     s = setup
     g = torch.Generator().manual_seed(seed)
     D = s.head_dim
-    k = torch.randn(1, s.kv_heads, tokens, D, generator=g)
-    v = torch.randn(1, s.kv_heads, tokens, D, generator=g)
-    q0 = torch.randn(D, generator=g)
+    k = torch.randn(1, s.kv_heads, tokens, D, generator=g)  # [1, Hkv, T, D]
+    v = torch.randn(1, s.kv_heads, tokens, D, generator=g)  # [1, Hkv, T, D]
+    q0 = torch.randn(D, generator=g)  # [D] the direction every head roughly shares
     q = (q0 + 0.3 * torch.randn(s.heads, D, generator=g))[None, :, None]  # [1, H, 1, D]: heads roughly agree
-    unit = q0 * math.sqrt(D) / q0.dot(q0)  # k = L * unit gives logit ~ L
+    unit = q0 * math.sqrt(D) / q0.dot(q0)  # [D]: k = L * unit gives logit ~ L
 
     def plant(pos: torch.Tensor, logit: torch.Tensor):
         k[0, :, pos] = 0.5 * k[0, :, pos] + logit[:, None] * unit
 
     plant(torch.randint(0, tokens, (s.hot,), generator=g), s.strength * (1 + torch.rand(s.hot, generator=g)))
-    recent = torch.arange(max(0, tokens - 32), tokens)
+    recent = torch.arange(max(0, tokens - 32), tokens)  # [<= 32] the most recent positions
     plant(recent, 0.5 * s.strength * torch.rand(len(recent), generator=g))
     needle = val = None
     if needle_depth is not None:
@@ -102,31 +106,28 @@ def problem(setup: EvalSetup, tokens: int, seed: int = 0, needle_depth: float | 
             raise SelectionError(f"needle depth must lie in [0, 1], got {needle_depth}")
         needle = min(tokens - 1, int(round(needle_depth * (tokens - 1))))
         k[0, :, needle] = 2.5 * s.strength * unit
-        val = 3 * torch.randn(D, generator=g)
+        val = 3 * torch.randn(D, generator=g)  # [D]
         v[0, :, needle] = val
-    proj = torch.randn(D, s.index_dim, generator=g) / math.sqrt(s.index_dim)
+    proj = torch.randn(D, s.index_dim, generator=g) / math.sqrt(s.index_dim)  # [D, D_I]
     qi = (q[0, :, 0].view(s.index_heads, -1, D).mean(1) @ proj)[None, None]  # [1, 1, H_I, D_I]
-    w = torch.ones(1, 1, s.index_heads)
+    w = torch.ones(1, 1, s.index_heads)  # [1, 1, H_I]
     return Problem(q, k, v, qi, w, proj, needle, val)
 
 
-def _store(x: torch.Tensor, fmt: str, role: str) -> tuple[torch.Tensor, KVStore]:
-    """Write [1, Hkv, N, D] entries through a KVStore (one store per KV head), read back dequantized."""
-    stores, out = [], []
-    for h in range(x.shape[1]):
-        st = KVStore(x.shape[-1], fmt, role)
-        if x.shape[2]:
-            st.append(x[:, h])
-        stores.append(st)
-        out.append(st.read() if x.shape[2] else x[:, h])
-    return torch.stack(out, 1), stores
+def _stored(x: torch.Tensor, fmt: str) -> tuple[torch.Tensor, int]:
+    """Entries x [1, Hkv, N, D] as `fmt` stores them (each KV head quantized on its own, as a per-head cache
+    would be) and the bytes they take (N x Hkv entries of the format's entry bytes)."""
+    if not x.shape[2]:
+        return x, 0
+    out = torch.stack([roundtrip(x[:, h], fmt) for h in range(x.shape[1])], 1)  # [1, Hkv, N, D]
+    return out, x.shape[1] * x.shape[2] * get_format(fmt).entry_bytes(x.shape[-1])
 
 
 def _spread(mass: torch.Tensor, ranges: torch.Tensor, tokens: int) -> torch.Tensor:
     """Token distribution [T]: mass[i] spread evenly over tokens ranges[i] = [a, b) (a difference array)."""
     a, b = ranges[:, 0], ranges[:, 1]
-    d = torch.zeros(tokens + 1)
-    per = mass / (b - a).float()
+    d = torch.zeros(tokens + 1)  # [T + 1] differences
+    per = mass / (b - a).float()  # [n] mass per token of each range
     d.index_add_(0, a, per)
     d.index_add_(0, b, -per)
     return d.cumsum(0)[:tokens]
@@ -134,7 +135,7 @@ def _spread(mass: torch.Tensor, ranges: torch.Tensor, tokens: int) -> torch.Tens
 
 def _tokens(t: torch.Tensor) -> torch.Tensor:
     """Ranges [n, 2] of single tokens."""
-    return torch.stack([t, t + 1], 1)
+    return torch.stack([t, t + 1], 1)  # [n, 2]
 
 
 def run(mech: str, p: Problem, setup: EvalSetup, fmt: str = "bf16") -> dict:
@@ -146,27 +147,28 @@ def run(mech: str, p: Problem, setup: EvalSetup, fmt: str = "bf16") -> dict:
     s, T = setup, p.k.shape[2]
     ref = dense_attention(p.q, p.k, p.v)  # [1, H, 1, D]
     p_ref = attention_probs(p.q, p.k).mean(1)[:, 0]  # [1, T] averaged over heads
-    win = window_positions(T, s.window, s.sink_tokens)
-    stores: list[KVStore] = []
+    win = window_positions(T, s.window, s.sink_tokens)  # [W'] positions the window reads
+    held = 0  # bytes of the cached entries the mechanism reads
     recall = None
     if mech == "dense":
         keys, vals = p.k, p.v
-        read = torch.arange(T)
+        read = torch.arange(T)  # [T]
         ranges = _tokens(read)
     elif mech == "window":
         keys, vals = p.k[:, :, win], p.v[:, :, win]
         ranges = _tokens(win)
         read = win
     elif mech in ("topk", "capped"):
-        kidx, st = _store(p.k[:, :1] @ p.proj, fmt, "index")
-        stores += st
+        kidx, b = _stored(p.k[:, :1] @ p.proj, fmt)  # [1, 1, T, D_I] index keys
+        held += b
         sc = index_scores(p.q_idx, p.w_idx, kidx[:, 0])[0]  # [1, T]
         if s.topk > T:
             raise SelectionError(f"top-k = {s.topk} is larger than the pool of {T} positions")
         valid = None
         if mech == "capped":
             pool = candidate_pool(sc, s.candidate_blocks, s.candidate_block_size)  # [1, P]
-            valid = torch.zeros(1, T + 1, dtype=torch.bool).scatter_(1, torch.where(pool >= 0, pool, T), True)[:, :T]
+            valid = torch.zeros(1, T + 1, dtype=torch.bool)  # [1, T + 1]: slot T takes the -1 padding
+            valid = valid.scatter_(1, torch.where(pool >= 0, pool, T), True)[:, :T]  # [1, T]
             if int(valid.sum()) < s.topk:
                 raise SelectionError(f"top-k = {s.topk} is larger than the candidate pool of {int(valid.sum())} "
                                      f"positions ({s.candidate_blocks} blocks x {s.candidate_block_size})")
@@ -180,40 +182,33 @@ def run(mech: str, p: Problem, setup: EvalSetup, fmt: str = "bf16") -> dict:
         m, overlap = (s.csa_ratio, True) if mech == "csa" else (s.hca_ratio, False)
         ek, ev = pool_keys(p.k, m, overlap), pool_keys(p.v, m, overlap)  # [1, Hkv, N, D]
         n = ek.shape[2]
-        e = torch.arange(n)
+        e = torch.arange(n)  # [N] entry indices
         span = torch.stack([((e - 1) * m).clamp_min(0) if overlap else e * m, (e + 1) * m], 1)  # [N, 2] tokens pooled
         if mech == "csa" and n:
-            kidx, st = _store(pool_keys(p.k[:, :1] @ p.proj, m, True), fmt, "index")
-            stores += st
+            kidx, b = _stored(pool_keys(p.k[:, :1] @ p.proj, m, True), fmt)  # [1, 1, N, D_I]
+            held += b
             sc = index_scores(p.q_idx, p.w_idx, kidx[:, 0])[0]  # [1, N]
             sel = select_topk(sc, min(s.topk, n))[0]
             mass_e = p_ref[0, :n * m].view(n, m).sum(-1)[None]  # [1, N] dense mass per window
             recall = recall_at_k(sel[None], mass_e, min(s.topk, n))
         else:
-            sel = torch.arange(n)
-        ek, st = _store(ek, fmt, "main")
-        stores += st
-        ev, st = _store(ev, fmt, "main")
-        stores += st
-        wk, st = _store(p.k[:, :, win], fmt, "swa")
-        stores += st
-        wv, st = _store(p.v[:, :, win], fmt, "swa")
-        stores += st
-        keys = torch.cat([ek[:, :, sel], wk], 2)
-        vals = torch.cat([ev[:, :, sel], wv], 2)
-        ranges = torch.cat([span[sel], _tokens(win)])
+            sel = torch.arange(n)  # [N]
+        stored = [_stored(t, fmt) for t in (ek, ev, p.k[:, :, win], p.v[:, :, win])]
+        (ek, _), (ev, _), (wk, _), (wv, _) = stored
+        held += sum(b for _, b in stored)
+        keys = torch.cat([ek[:, :, sel], wk], 2)  # [1, Hkv, k + W', D]
+        vals = torch.cat([ev[:, :, sel], wv], 2)  # [1, Hkv, k + W', D]
+        ranges = torch.cat([span[sel], _tokens(win)])  # [k + W', 2] tokens each key stands for
         read = torch.nonzero(_spread(torch.ones(len(ranges)), ranges, T) > 0).flatten()  # tokens covered
     if mech not in ("csa", "hca"):  # token-level mechanisms: K and V through the format
-        keys, st = _store(keys, fmt, "k")
-        stores += st
-        vals, st = _store(vals, fmt, "v")
-        stores += st
-    out = dense_attention(p.q, keys, vals)
+        (keys, bk), (vals, bv) = _stored(keys, fmt), _stored(vals, fmt)
+        held += bk + bv
+    out = dense_attention(p.q, keys, vals)  # [1, H, 1, D]
     p_virtual = attention_probs(p.q, keys).mean(1)[0, 0]  # [n]
     p_tok = _spread(p_virtual, ranges, T)  # [T]
     res = dict(mechanism=mech, format=fmt, tokens=T, rel_error=rel_error(ref, out), cosine=cosine(ref, out),
                kl=kl(p_tok[None], p_ref), recall=recall, mass=mass_covered(read[None], p_ref),
-               bytes=sum(x.nbytes for x in stores))
+               bytes=held)
     if p.needle is not None:
         res["needle"] = cosine(p.needle_value, out[0].mean(0)[0])
     return res
@@ -223,31 +218,31 @@ def run_mla(setup: EvalSetup, tokens: int, seed: int = 0, fmt: str = "bf16", ran
             d_rope: int = 16) -> dict:
     """MLA decode over a latent cache [c | k_pe] stored in `fmt` (absorbed path) against the expanded path
     in fp32 on the same latent: the error the latent's format adds (the mechanism itself is exact)."""
-    need_int("tokens", tokens)
+    tokens = need_int("tokens", tokens, 1, error=SelectionError)
     s = setup
     g = torch.Generator().manual_seed(seed)
     w = MLAWeights.random(s.heads, rank, s.head_dim, d_rope, s.head_dim, seed=seed)
-    c, kpe = torch.randn(1, tokens, rank, generator=g), torch.randn(1, tokens, d_rope, generator=g)
-    hot = torch.randint(0, tokens, (s.hot,), generator=g)
-    qn = torch.randn(1, s.heads, 1, s.head_dim, generator=g)
-    qp = torch.randn(1, s.heads, 1, d_rope, generator=g)
+    c = torch.randn(1, tokens, rank, generator=g)  # [1, T, r]
+    kpe = torch.randn(1, tokens, d_rope, generator=g)  # [1, T, dr]
+    hot = torch.randint(0, tokens, (s.hot,), generator=g)  # [hot] positions
+    qn = torch.randn(1, s.heads, 1, s.head_dim, generator=g)  # [1, H, 1, d_nope]
+    qp = torch.randn(1, s.heads, 1, d_rope, generator=g)  # [1, H, 1, dr]
     # make attention peaked: the hot latents point where the absorbed queries look
-    q_abs = torch.einsum("bhsd,hdr->r", qn, w.wkv_b[:, :w.d_nope])
+    q_abs = torch.einsum("bhsd,hdr->r", qn, w.wkv_b[:, :w.d_nope])  # [r]
     c[0, hot] += s.strength * q_abs / q_abs.norm() * math.sqrt(rank)
-    store = KVStore(rank + d_rope, fmt, "latent")
-    store.append(torch.cat([c, kpe], -1))
-    ref = mla_expanded(w, qn, qp, c, kpe, causal=False)
-    out = mla_decode(w, qn, qp, store)
-    lat = store.read()
+    lat, held = _stored(torch.cat([c, kpe], -1)[:, None], fmt)  # [1, 1, T, r + dr] as the latent cache stores it
+    lat = lat[:, 0]  # [1, T, r + dr]
+    ref = mla_expanded(w, qn, qp, c, kpe, causal=False)  # [1, H, 1, dv]
+    out = mla_absorbed(w, qn, qp, lat[..., :rank], lat[..., rank:])  # decode over the stored latent
 
     def probs(cc, kk):
         sc = (torch.einsum("bhsd,hdr,btr->bhst", qn, w.wkv_b[:, :w.d_nope], cc)
               + torch.einsum("bhsd,btd->bhst", qp, kk)) * w.scale
         return sc.softmax(-1).mean(1)[:, 0]  # [1, T]
 
-    return dict(mechanism="mla", format=store.fmt.name, tokens=tokens, rel_error=rel_error(ref, out),
+    return dict(mechanism="mla", format=get_format(fmt).name, tokens=tokens, rel_error=rel_error(ref, out),
                 cosine=cosine(ref, out), kl=kl(probs(lat[..., :rank], lat[..., rank:]), probs(c, kpe)), recall=None,
-                mass=1.0, bytes=store.nbytes)
+                mass=1.0, bytes=held)
 
 
 def accuracy_table(mechanisms, formats, tokens: int, setup: EvalSetup | None = None, seeds=(0,)) -> list[dict]:
@@ -269,7 +264,7 @@ def accuracy_table(mechanisms, formats, tokens: int, setup: EvalSetup | None = N
 def needle_sweep(mechanism: str, fmt: str, lengths, depths, setup: EvalSetup | None = None, seeds=(0,)):
     """Needle retrieval [len(depths), len(lengths)]: mean cosine of output and needle value."""
     setup = setup or EvalSetup()
-    out = torch.zeros(len(depths), len(lengths))
+    out = torch.zeros(len(depths), len(lengths))  # [depths, lengths]
     for i, d in enumerate(depths):
         for j, t in enumerate(lengths):
             out[i, j] = sum(run(mechanism, problem(setup, t, sd, d), setup, fmt)["needle"] for sd in seeds) / len(seeds)

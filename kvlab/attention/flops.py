@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..checks import cdiv
 from ..models import ModelSpec, load_model
 from .checks import SelectionError
 from .sharing import model_plan
@@ -113,7 +114,7 @@ def decode_flops(model: str | ModelSpec, tokens: int, dense: bool = False, cap: 
     if cap_n is not None and cap != "none" and cand_src is not None:  # choosing the pool, once per token
         src = plan[cand_src]
         n = tokens // src.ratio
-        idx += score * (-(-n // spec.candidate_block_size) if cap == "blocks" else n)
+        idx += score * (cdiv(n, spec.candidate_block_size) if cap == "blocks" else n)
     return DecodeFlops(tokens, attn, idx, comp, wts)
 
 

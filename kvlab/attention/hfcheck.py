@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from ..quant.metrics import rel_error
 from .compress import Compressor
 from .indexer import index_scores, select_topk, sparse_attention
-from .metrics import rel_error
 from .rope import apply_rope, rms_norm
 
 TINY = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=1, head_dim=16, partial_rotary_factor=0.5,
@@ -58,10 +58,10 @@ class _Cache:
 def _kvlab_attention(attn, x: torch.Tensor, theta: float, rope_dim: int, window: int):
     """The attention module's forward rebuilt from kvlab pieces with HF's weights (cache-free prefill)."""
     b, s, _ = x.shape
-    pos = torch.arange(s)
+    pos = torch.arange(s)  # [S]
     H, D = attn.num_heads, attn.head_dim
     eps = attn.kv_norm.variance_epsilon
-    q_res = rms_norm(x @ attn.q_a_proj.weight.T, attn.q_a_norm.weight, eps)
+    q_res = rms_norm(x @ attn.q_a_proj.weight.T, attn.q_a_norm.weight, eps)  # [B, S, q_lora_rank]
     q = rms_norm((q_res @ attn.q_b_proj.weight.T).view(b, s, H, D), None, eps).transpose(1, 2)  # [B, H, S, D]
     q = apply_rope(q, pos, rope_dim, theta)
     kv = apply_rope(rms_norm(x @ attn.kv_proj.weight.T, attn.kv_norm.weight, eps), pos, rope_dim, theta)  # [B, S, D]
@@ -69,22 +69,22 @@ def _kvlab_attention(attn, x: torch.Tensor, theta: float, rope_dim: int, window:
     csa = hasattr(comp, "indexer")
     ent = compressor_from_hf(comp, rope_dim, theta, csa)(x)  # [B, N, D]
     n = ent.shape[1]
-    valid = ((torch.arange(n)[None] + 1) * comp.compress_rate <= pos[:, None] + 1)[None].expand(b, -1, -1)
+    valid = ((torch.arange(n)[None] + 1) * comp.compress_rate <= pos[:, None] + 1)[None].expand(b, -1, -1)  # [B, S, N]
     if csa:
         ix = comp.indexer
         k_idx = compressor_from_hf(ix, rope_dim, theta, True)(x)  # [B, N, D_I]
         qi = apply_rope((q_res @ ix.q_b_proj.weight.T).view(b, s, ix.num_heads, ix.head_dim).transpose(1, 2),
                         pos, rope_dim, theta).transpose(1, 2)  # [B, S, H_I, D_I]
-        sc = index_scores(qi, x @ ix.scorer.weights_proj.weight.T, k_idx)
-        idx = select_topk(sc, min(ix.index_topk, n), valid)
+        sc = index_scores(qi, x @ ix.scorer.weights_proj.weight.T, k_idx)  # [B, S, N]
+        idx = select_topk(sc, min(ix.index_topk, n), valid)  # [B, S, k]
     else:
-        idx = torch.where(valid, torch.arange(n), -1)
-    kp = torch.arange(s)
-    mask = (kp[None] <= pos[:, None]) & (kp[None] > pos[:, None] - window)
+        idx = torch.where(valid, torch.arange(n), -1)  # [B, S, N]
+    kp = torch.arange(s)  # [S] key positions
+    mask = (kp[None] <= pos[:, None]) & (kp[None] > pos[:, None] - window)  # [S, S] causal window
     o = sparse_attention(q, ent[:, None], ent[:, None], idx, attn.scaling, attn.sinks.detach(),
-                         extra=(kv[:, None], kv[:, None], mask))
+                         extra=(kv[:, None], kv[:, None], mask))  # [B, H, S, D]
     o = apply_rope(o, pos, rope_dim, theta, inverse=True).transpose(1, 2)  # [B, S, H, D]
-    grouped = attn.o_a_proj(o.reshape(b, s, attn.config.o_groups, -1)).flatten(2)
+    grouped = attn.o_a_proj(o.reshape(b, s, attn.config.o_groups, -1)).flatten(2)  # [B, S, groups * o_lora_rank]
     return attn.o_b_proj(grouped), ent, idx
 
 
@@ -96,12 +96,12 @@ def crosscheck(seed: int = 0, tokens: int = 24, chunks: tuple[int, ...] = (7, 10
     cfg = tiny_config()
     theta, rope_dim = cfg.compress_rope_theta, cfg.qk_rope_head_dim
     x = torch.randn(1, tokens, cfg.hidden_size, generator=torch.Generator().manual_seed(seed + 100))
-    pos = torch.arange(tokens)[None]
+    pos = torch.arange(tokens)[None]  # [1, T]
     rot = hf.DeepseekV4RotaryEmbedding(cfg)
     pe = {t: rot(x, pos, layer_type=t) for t in ("main", "compress")}
-    kp = torch.arange(tokens)
+    kp = torch.arange(tokens)  # [T]
     allowed = (kp[None] <= kp[:, None]) & (kp[None] > kp[:, None] - cfg.sliding_window)
-    mask = torch.zeros(tokens, tokens).masked_fill(~allowed, float("-inf"))[None, None]
+    mask = torch.zeros(tokens, tokens).masked_fill(~allowed, float("-inf"))[None, None]  # [1, 1, T, T] additive
     out = {}
     for layer, name in enumerate(("csa", "hca")):
         attn = hf.DeepseekV4Attention(cfg, layer).eval()

@@ -12,7 +12,8 @@ import math
 
 import torch
 
-from .checks import SelectionError, need_dims, need_int, same
+from ..checks import cdiv, need_int
+from .checks import SelectionError, need_dims, same
 
 
 def index_scores(q_idx: torch.Tensor, weights: torch.Tensor, k_idx: torch.Tensor) -> torch.Tensor:
@@ -31,36 +32,36 @@ def index_scores(q_idx: torch.Tensor, weights: torch.Tensor, k_idx: torch.Tensor
 def select_topk(scores: torch.Tensor, k: int, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Indices [..., k] of the k best positions; positions not `valid` are never chosen (-1 when a row
     has fewer than k valid ones). A k larger than the pool is an error."""
-    need_int("top-k", k)
+    k = need_int("top-k", k, 1, error=SelectionError)
     if k > scores.shape[-1]:
         raise SelectionError(f"top-k = {k} is larger than the pool of {scores.shape[-1]} positions")
     if valid is not None:
         scores = scores.masked_fill(~valid, float("-inf"))
     v, idx = scores.sort(dim=-1, descending=True, stable=True)  # ties (ReLU zeros) go to the earlier position
     v, idx = v[..., :k], idx[..., :k]
-    return torch.where(torch.isfinite(v), idx, torch.full_like(idx, -1))
+    return torch.where(torch.isfinite(v), idx, torch.full_like(idx, -1))  # [..., k]
 
 
 def candidate_pool(scores: torch.Tensor, blocks: int, block_size: int) -> torch.Tensor:
     """Positions [..., <= blocks * block_size] of the `blocks` best blocks of `block_size` consecutive
     positions, a block scored by its best position (ascending; -1 pads a partial last block)."""
-    need_int("candidate blocks", blocks)
-    need_int("candidate block size", block_size)
+    blocks = need_int("candidate blocks", blocks, 1, error=SelectionError)
+    block_size = need_int("candidate block size", block_size, 1, error=SelectionError)
     n = scores.shape[-1]
-    nb = -(-n // block_size)
+    nb = cdiv(n, block_size)  # blocks, the last one maybe partial
     pad = scores.new_full((*scores.shape[:-1], nb * block_size - n), float("-inf"))
     bs = torch.cat([scores, pad], -1).unflatten(-1, (nb, block_size)).amax(-1)  # [..., nb]
     top = bs.sort(dim=-1, descending=True, stable=True).indices[..., :min(blocks, nb)].sort(-1).values  # [..., b]
     pos = (top[..., None] * block_size + torch.arange(block_size)).flatten(-2)  # [..., b * block_size]
-    return torch.where(pos < n, pos, torch.full_like(pos, -1))
+    return torch.where(pos < n, pos, torch.full_like(pos, -1))  # [..., b * block_size]
 
 
 def gather_positions(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """x [B, Hkv, N, D], idx [B, S, k] (-1 = none, read as 0) -> [B, Hkv, S, k, D]."""
     b, h, _, d = x.shape
-    i = idx.clamp_min(0)
+    i = idx.clamp_min(0)  # [B, S, k]
     rows = [x[j].index_select(1, i[j].flatten()) for j in range(b)]  # [Hkv, S * k, D] each
-    return torch.stack(rows).view(b, h, idx.shape[1], idx.shape[2], d)
+    return torch.stack(rows).view(b, h, idx.shape[1], idx.shape[2], d)  # [B, Hkv, S, k, D]
 
 
 def sparse_attention(q, k, v, idx, scale: float | None = None, sinks: torch.Tensor | None = None,
@@ -79,7 +80,7 @@ def sparse_attention(q, k, v, idx, scale: float | None = None, sinks: torch.Tens
     qg = q.float().view(b, hkv, heads // hkv, s, d)  # [B, Hkv, G, S, D]: no copies of the shared keys
     ks, vs = gather_positions(k.float(), idx), gather_positions(v.float(), idx)  # [B, Hkv, S, k, D]
     logits = torch.einsum("bhgsd,bhskd->bhgsk", qg, ks).reshape(b, heads, s, k_n) * scale  # [B, H, S, k]
-    logits = logits.masked_fill((idx < 0)[:, None], float("-inf"))
+    logits = logits.masked_fill((idx < 0)[:, None], float("-inf"))  # [B, H, S, k]
     parts = [logits]
     if extra is not None:
         k2, v2, m2 = extra
@@ -88,12 +89,11 @@ def sparse_attention(q, k, v, idx, scale: float | None = None, sinks: torch.Tens
             l2 = l2.masked_fill(~(m2 if m2.dim() == 2 else m2[:, None]), float("-inf"))
         parts.append(l2)
     if sinks is not None:
-        parts.append(sinks.float().view(1, -1, 1, 1).expand(b, -1, s, 1))
-    p = torch.softmax(torch.cat(parts, -1), -1)
+        parts.append(sinks.float().view(1, -1, 1, 1).expand(b, -1, s, 1))  # [B, H, S, 1]
+    p = torch.softmax(torch.cat(parts, -1), -1)  # [B, H, S, k + M (+1)]
     pg = p.view(b, hkv, heads // hkv, s, -1)  # [B, Hkv, G, S, k + M (+1)]
-    out = torch.einsum("bhgsk,bhskd->bhgsd", pg[..., :k_n], vs)
+    out = torch.einsum("bhgsk,bhskd->bhgsd", pg[..., :k_n], vs)  # [B, Hkv, G, S, Dv]
     if extra is not None:
         m = extra[0].shape[2]
-        out = out + torch.matmul(pg[..., k_n:k_n + m], extra[1].float()[:, :, None])
-    out = out.reshape(b, heads, s, -1)
-    return out
+        out = out + torch.matmul(pg[..., k_n:k_n + m], extra[1].float()[:, :, None])  # + [B, Hkv, G, S, Dv]
+    return out.reshape(b, heads, s, -1)  # [B, H, S, Dv]

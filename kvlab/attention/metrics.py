@@ -1,18 +1,8 @@
-"""Accuracy of an approximate attention against the dense reference on the same inputs."""
+"""Accuracy of an approximate attention against the dense reference on the same inputs: distributions
+(KL), selections (recall, mass covered). Output errors (rel_error, cosine) are kvlab.quant.metrics'."""
 from __future__ import annotations
 
 import torch
-
-
-def rel_error(ref: torch.Tensor, approx: torch.Tensor) -> float:
-    """||approx - ref|| / ||ref||."""
-    return float((approx.float() - ref.float()).norm() / ref.float().norm().clamp_min(1e-30))
-
-
-def cosine(ref: torch.Tensor, approx: torch.Tensor) -> float:
-    """Cosine similarity of the flattened outputs."""
-    a, b = ref.float().flatten(), approx.float().flatten()
-    return float(a @ b / (a.norm() * b.norm()).clamp_min(1e-30))
 
 
 def kl(p: torch.Tensor, q: torch.Tensor, eps: float = 1e-12) -> float:
@@ -20,13 +10,13 @@ def kl(p: torch.Tensor, q: torch.Tensor, eps: float = 1e-12) -> float:
     p = p.float() / p.float().sum(-1, keepdim=True)
     q = q.float().clamp_min(0)
     q = q / q.sum(-1, keepdim=True)
-    t = torch.where(p > 0, p * (p.clamp_min(eps).log() - q.clamp_min(eps).log()), torch.zeros_like(p))
+    t = torch.where(p > 0, p * (p.clamp_min(eps).log() - q.clamp_min(eps).log()), torch.zeros_like(p))  # [..., T]
     return float(t.sum(-1).mean())
 
 
 def logits_kl(ref_logits: torch.Tensor, logits: torch.Tensor) -> float:
     """Mean KL(softmax(ref) || softmax(logits)) over rows (next-token distributions)."""
-    lp, lq = torch.log_softmax(ref_logits.float(), -1), torch.log_softmax(logits.float(), -1)
+    lp, lq = torch.log_softmax(ref_logits.float(), -1), torch.log_softmax(logits.float(), -1)  # [..., V] each
     return float((lp.exp() * (lp - lq)).sum(-1).mean())
 
 
@@ -39,5 +29,5 @@ def recall_at_k(selected: torch.Tensor, probs: torch.Tensor, k: int) -> float:
 
 def mass_covered(selected: torch.Tensor, probs: torch.Tensor) -> float:
     """Attention mass (of the dense distribution) that the selected positions hold, averaged over rows."""
-    p = probs.float() / probs.float().sum(-1, keepdim=True)
+    p = probs.float() / probs.float().sum(-1, keepdim=True)  # [..., T]
     return float(p.gather(-1, selected.clamp_min(0)).mul((selected >= 0).float()).sum(-1).mean())

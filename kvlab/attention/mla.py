@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
+from ..cache.store import KVStore
 from .checks import AttentionShapeError, need_dims, same
 from .dense import causal_mask, dense_attention
-from .store import KVStore
 
 
 @dataclass
@@ -44,7 +44,8 @@ class MLAWeights:
     @classmethod
     def random(cls, heads: int, rank: int, d_nope: int, d_rope: int, d_v: int, seed: int = 0) -> "MLAWeights":
         g = torch.Generator().manual_seed(seed)
-        return cls(torch.randn(heads, d_nope + d_v, rank, generator=g) / math.sqrt(rank), d_nope, d_rope)
+        wkv_b = torch.randn(heads, d_nope + d_v, rank, generator=g) / math.sqrt(rank)  # [H, dn + dv, r]
+        return cls(wkv_b, d_nope, d_rope)
 
 
 def _check(w: MLAWeights, q_nope, q_pe, c, k_pe):
@@ -79,13 +80,16 @@ def mla_absorbed(w: MLAWeights, q_nope, q_pe, c, k_pe, causal: bool = True) -> t
     if causal:
         scores = scores.masked_fill(~causal_mask(scores.shape[2], scores.shape[3]), float("-inf"))
     o_lat = torch.einsum("bhst,btr->bhsr", torch.softmax(scores, -1), c.float())  # [B, H, S, r]
-    return torch.einsum("bhsr,hdr->bhsd", o_lat, w.wkv_b[:, w.d_nope:].float())
+    return torch.einsum("bhsr,hdr->bhsd", o_lat, w.wkv_b[:, w.d_nope:].float())  # [B, H, S, dv]
 
 
 def mla_decode(w: MLAWeights, q_nope, q_pe, cache: KVStore) -> torch.Tensor:
-    """Decode over a latent cache store holding [c | k_pe] entries (any kvlab format): [B, H, S, d_v]."""
+    """Decode one sequence over a latent cache (a kvlab.cache store of [c | k_pe] entries, any kvlab format,
+    one copy per token): q_nope [1, H, S, d_nope], q_pe [1, H, S, d_rope] -> [1, H, S, d_v]."""
     cache.expect(width=w.rank + w.d_rope)
-    lat = cache.read()  # [B, T, r + dr]
+    need_dims("q_nope", q_nope, 4, "[B, H, S, d_nope]")
+    same("q_nope batch", q_nope.shape[0], "sequences in a latent cache store", 1)
+    lat = cache.read().transpose(0, 1)  # [T, 1, r + dr] -> [1, T, r + dr]
     if lat.shape[1] == 0:
         raise AttentionShapeError("the MLA latent cache is empty")
     return mla_absorbed(w, q_nope, q_pe, lat[..., :w.rank], lat[..., w.rank:])

@@ -11,7 +11,7 @@ import torch
 def rope_angles(positions: torch.Tensor, rope_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [..., rope_dim // 2] for integer positions [...]."""
     inv = 1.0 / (theta ** (torch.arange(0, rope_dim, 2, dtype=torch.float32) / rope_dim))  # [rope_dim/2]
-    f = positions.to(torch.float32)[..., None] * inv
+    f = positions.to(torch.float32)[..., None] * inv  # [..., rope_dim/2]
     return f.cos(), f.sin()
 
 
@@ -25,13 +25,13 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, rope_dim: int, theta: f
         sin = -sin
     while cos.dim() < x.dim():  # broadcast over heads / batch
         cos, sin = cos.unsqueeze(-3), sin.unsqueeze(-3)
-    nope, r = x[..., :-rope_dim], x[..., -rope_dim:].float()
-    a, b = r[..., 0::2], r[..., 1::2]
-    out = torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)
-    return torch.cat([nope, out.to(x.dtype)], dim=-1)
+    nope, r = x[..., :-rope_dim], x[..., -rope_dim:].float()  # [..., D - r], [..., r]
+    a, b = r[..., 0::2], r[..., 1::2]  # [..., r/2] each: the interleaved pairs
+    out = torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)  # [..., r]
+    return torch.cat([nope, out.to(x.dtype)], dim=-1)  # [..., D]
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm over the last dim (float32 math)."""
-    y = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+    y = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)  # [..., D]
     return (y * weight if weight is not None else y).to(x.dtype)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..checks import need_int
 from ..layout import build_layout
 from ..models import ModelSpec, load_model
-from .checks import SelectionError, need_int
+from .checks import SelectionError
 
 MODES = ("swa", "csa", "hca", "full", "reindex", "reuse")
 
@@ -49,7 +50,7 @@ def scaled_plan(model: str | ModelSpec, layers: int) -> list[LayerPlan]:
     floor(j * L / layers)); a sampled reader whose source was not sampled reads the nearest earlier
     sampled Full layer of the same ratio, or becomes Full itself."""
     full = model_plan(model)
-    need_int("layers", layers)
+    layers = need_int("layers", layers, 1, error=SelectionError)
     if layers > len(full):
         raise SelectionError(f"layers = {layers} is more than the model's {len(full)}")
     out: list[LayerPlan] = []

@@ -5,7 +5,9 @@ one shared K=V head (RMSNorm, RoPE on the trailing dims), a per-layer sliding wi
 (CSA / HCA / Full) read through an indexer top-k (or all of them, HCA), a per-head sink logit, and the
 inverse RoPE on the output. Layer modes come from `sharing.scaled_plan`, so Reindex / Reuse layers read the
 entries their Full source stored. `dense=True` builds the reference: the same weights attending to every
-token's uncompressed K=V. Not modelled: hyper-connections, MoE (a dense SwiGLU stands in), MTP, q/o low-rank.
+token's uncompressed K=V. Every cache is a kvlab.cache KV store in its format (packed bytes that attention
+decodes on read), one sequence per stack. Not modelled: hyper-connections, MoE (a dense SwiGLU stands in), MTP,
+q/o low-rank.
 """
 from __future__ import annotations
 
@@ -14,13 +16,15 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..checks import need_int
+from ..cache.store import KVStore, vector_store
 from ..models import load_model
-from .checks import SelectionError, need_dims, need_int
+from .checks import AttentionShapeError, SelectionError, need_dims
 from .compress import Compressor, CompressorState
 from .indexer import candidate_pool, index_scores, select_topk, sparse_attention
+from .metrics import logits_kl
 from .rope import apply_rope, rms_norm
 from .sharing import LayerPlan, scaled_plan
-from .store import KVStore
 from .window import WindowState
 
 ROLES = ("main", "index", "swa", "kv")  # formats a stack can set: compressed entries, index keys, window, dense K=V
@@ -46,18 +50,16 @@ class StackConfig:
     vocab: int = 128  # vocabulary size
     seed: int = 0  # weight seed
     formats: dict = field(default_factory=dict)  # role (main, index, swa, kv) -> kvlab format; default bf16
-    packed: bool = True  # caches hold packed bytes (kvlab.cache) that attention decodes on read; batch 1
 
     def __post_init__(self):
         for name in ("layers", "hidden", "heads", "head_dim", "index_heads", "index_dim", "window", "index_topk",
                      "candidate_block_size", "vocab"):
-            need_int(name, getattr(self, name))
+            setattr(self, name, need_int(name, getattr(self, name), 1, error=SelectionError))
         if self.candidate_blocks is not None:
-            need_int("candidate_blocks", self.candidate_blocks)
+            self.candidate_blocks = need_int("candidate_blocks", self.candidate_blocks, 1, error=SelectionError)
         if not 0 <= self.rope_dim <= self.head_dim or self.rope_dim % 2:
             raise SelectionError(f"rope_dim must be even and at most head_dim ({self.head_dim}), got {self.rope_dim}")
-        for r, s in self.ratio_map.items():
-            need_int(f"ratio_map[{r}]", s)
+        self.ratio_map = {r: need_int(f"ratio_map[{r}]", s, 1, error=SelectionError) for r, s in self.ratio_map.items()}
         bad = set(self.formats) - set(ROLES)
         if bad:
             raise SelectionError(f"formats names unknown roles {sorted(bad)}; roles are {', '.join(ROLES)}")
@@ -67,30 +69,86 @@ class StackConfig:
                 for p in scaled_plan(self.model, self.layers)]
 
 
-def _lin(g, n_in, n_out):
-    return torch.randn(n_in, n_out, generator=g) / math.sqrt(n_in)
+def _lin(g: torch.Generator, n_in: int, n_out: int) -> torch.Tensor:
+    return torch.randn(n_in, n_out, generator=g) / math.sqrt(n_in)  # [n_in, n_out]
+
+
+@dataclass
+class IndexerWeights:
+    """A layer's lightning indexer: its query projection and per-head score weights."""
+
+    wq: torch.Tensor  # [hidden, H_I * D_I] index queries
+    w_heads: torch.Tensor  # [hidden, H_I] per-head weights of the score
 
 
 @dataclass
 class LayerWeights:
-    """Random weights of one layer."""
+    """Weights of one layer (random, seeded); a matrix w is applied as x @ w."""
 
-    wq: torch.Tensor  # [hidden, H * D]
-    wkv: torch.Tensor  # [hidden, D] shared K=V for the window
-    kv_norm: torch.Tensor  # [D]
-    sinks: torch.Tensor  # [H] sink logits
-    wo: torch.Tensor  # [H * D, hidden]
+    wq: torch.Tensor  # [hidden, H * D] queries
+    wkv: torch.Tensor  # [hidden, D] the shared K=V entry (window and dense keys)
+    kv_norm: torch.Tensor  # [D] RMSNorm weight of the K=V entry
+    sinks: torch.Tensor  # [H] per-head sink logits
+    wo: torch.Tensor  # [H * D, hidden] output projection
     w1: torch.Tensor  # [hidden, 2 hidden] SwiGLU gate
     w3: torch.Tensor  # [hidden, 2 hidden] SwiGLU up
     w2: torch.Tensor  # [2 hidden, hidden] SwiGLU down
-    comp: Compressor | None  # main-entry compressor (layers that store)
-    index_comp: Compressor | None  # index-key compressor (indexed layers that store)
-    wq_idx: torch.Tensor | None  # [hidden, H_I * D_I] indexer queries
-    w_idx: torch.Tensor | None  # [hidden, H_I] indexer head weights
+    compressor: Compressor | None = None  # main-entry compressor (layers that store entries)
+    index_compressor: Compressor | None = None  # index-key compressor (indexed layers that store entries)
+    indexer: IndexerWeights | None = None  # the layer's own indexer (csa, full, reindex layers)
+
+    @classmethod
+    def random(cls, cfg: StackConfig, p: LayerPlan, g: torch.Generator, compress_theta: float) -> LayerWeights:
+        """Seeded weights for layer plan `p`: matrices from `g` (in a fixed order), compressors from their own
+        seeds (cfg.seed * 1000 + 2 * layer + 1 and + 2)."""
+        h, H, D = cfg.hidden, cfg.heads, cfg.head_dim
+        stores = p.stores and p.ratio > 0
+        seed = cfg.seed * 1000 + 2 * p.index
+        compressor = Compressor.random(h, D, p.ratio, p.mode in ("csa", "full"), cfg.rope_dim, seed=seed + 1,
+                                       rope_theta=compress_theta) if stores else None
+        index_compressor = Compressor.random(h, cfg.index_dim, p.ratio, True, 0, seed=seed + 2) \
+            if stores and p.indexed else None
+        wq, wkv = _lin(g, h, H * D), _lin(g, h, D)
+        kv_norm, sinks = 1 + 0.1 * torch.randn(D, generator=g), torch.randn(H, generator=g)  # [D], [H]
+        wo, w1, w3, w2 = _lin(g, H * D, h), _lin(g, h, 2 * h), _lin(g, h, 2 * h), _lin(g, 2 * h, h)
+        indexer = IndexerWeights(wq=_lin(g, h, cfg.index_heads * cfg.index_dim),
+                                 w_heads=_lin(g, h, cfg.index_heads)) if p.indexed else None
+        return cls(wq=wq, wkv=wkv, kv_norm=kv_norm, sinks=sinks, wo=wo, w1=w1, w3=w3, w2=w2, compressor=compressor,
+                   index_compressor=index_compressor, indexer=indexer)
+
+    def matrices(self) -> list[torch.Tensor]:
+        """Every weight matrix a token goes through (for FLOPs): projections, MLP, indexer, compressors."""
+        out = [self.wq, self.wkv, self.wo, self.w1, self.w2, self.w3]
+        if self.indexer is not None:
+            out += [self.indexer.wq, self.indexer.w_heads]
+        for c in (self.compressor, self.index_compressor):
+            if c is not None:
+                out += [c.w_kv, c.w_gate]
+        return out
+
+
+def _append(store: KVStore, x: torch.Tensor) -> torch.Tensor:
+    """Append one sequence's vectors x [1, n, d] to a store (which holds [n, 1, d]); returns them as stored."""
+    return store.append(x.transpose(0, 1)).transpose(0, 1)  # [n, 1, d] in the store -> [1, n, d]
+
+
+def _read(store: KVStore) -> torch.Tensor:
+    """What a store holds for the one sequence: [1, N, d] float32."""
+    return store.read().transpose(0, 1)  # [N, 1, d] -> [1, N, d]
+
+
+@dataclass
+class _Step:
+    """What one forward call has chosen so far, for the layers after: selections and the candidate pool."""
+
+    qpos: torch.Tensor  # [S] absolute positions of the queries
+    selection: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> its selection [1, S, k]
+    pool: torch.Tensor | None = None  # [1, S, N] candidate pool of each query (capped V4.1 layers)
 
 
 class Stack:
-    """The model: weights, per-layer caches, prefill / decode, window offload with bounded replay."""
+    """The model: weights, per-layer caches (kvlab.cache stores), prefill / decode, window offload with
+    bounded replay. One sequence at a time (batch 1)."""
 
     def __init__(self, cfg: StackConfig, dense: bool = False):
         self.cfg, self.dense = cfg, dense
@@ -99,146 +157,169 @@ class Stack:
         c = self.spec.config
         self.theta = (float(c.get("rope_theta", 10000.0)), float(c.get("compress_rope_theta", 160000.0)))  # main, compress
         g = torch.Generator().manual_seed(cfg.seed)
-        h, H, D = cfg.hidden, cfg.heads, cfg.head_dim
-        self.embed = torch.randn(cfg.vocab, h, generator=g)
-        self.head = _lin(g, h, cfg.vocab)
-        self.weights: list[LayerWeights] = []
-        for p in self.plan:
-            stores = p.stores and p.ratio > 0
-            comp = Compressor.random(h, D, p.ratio, p.mode in ("csa", "full"), cfg.rope_dim,
-                                     seed=cfg.seed * 1000 + 2 * p.index + 1, rope_theta=self.theta[1]) if stores else None
-            icomp = Compressor.random(h, cfg.index_dim, p.ratio, True, 0, seed=cfg.seed * 1000 + 2 * p.index + 2) \
-                if stores and p.indexed else None
-            self.weights.append(LayerWeights(
-                _lin(g, h, H * D), _lin(g, h, D), 1 + 0.1 * torch.randn(D, generator=g),
-                torch.randn(H, generator=g), _lin(g, H * D, h), _lin(g, h, 2 * h), _lin(g, h, 2 * h), _lin(g, 2 * h, h),
-                comp, icomp, _lin(g, h, cfg.index_heads * cfg.index_dim) if p.indexed else None,
-                _lin(g, h, cfg.index_heads) if p.indexed else None))
-        # the layer whose indexer chooses the capped candidate pool (V4.1: candidate_source_layer_id, a Full
-        # layer of the decoder half); the layers reading its entries select within that pool
-        real = self.spec.config.get("candidate_source_layer_id")
-        ratio = None if real is None else cfg.ratio_map.get(self.spec.compress_ratios[real],
-                                                            self.spec.compress_ratios[real])
-        self.cand_src = next((p.index for p in self.plan if p.stores and p.indexed and p.ratio
-                              and (ratio is None or p.ratio == ratio)), None)
+        self.embed = torch.randn(cfg.vocab, cfg.hidden, generator=g)  # [vocab, hidden]
+        self.head = _lin(g, cfg.hidden, cfg.vocab)  # [hidden, vocab]
+        self.weights = [LayerWeights.random(cfg, p, g, self.theta[1]) for p in self.plan]
+        self.cand_src = self._candidate_source()
         self.reset()
+
+    def _candidate_source(self) -> int | None:
+        """The layer whose indexer chooses the capped candidate pool (V4.1: candidate_source_layer_id, a Full
+        layer of the decoder half; here the first storing, indexed layer of that layer's scaled ratio). The
+        layers reading its entries select within that pool."""
+        real = self.spec.config.get("candidate_source_layer_id")
+        ratio = None if real is None else self.cfg.ratio_map.get(self.spec.compress_ratios[real],
+                                                                 self.spec.compress_ratios[real])
+        return next((p.index for p in self.plan if p.stores and p.indexed and p.ratio
+                     and (ratio is None or p.ratio == ratio)), None)
 
     # --- state ------------------------------------------------------------------------------
     def reset(self) -> None:
+        """Empty caches: a window store per layer (dense: every token's K=V), and compressed entries and index
+        keys for the layers that store them, each in its format (StackConfig.formats)."""
         cfg, f = self.cfg, self.cfg.formats
         self.pos = 0  # tokens processed
-        self.tokens: list[torch.Tensor] = []  # token ids seen ([B] each), for replay
-        pk = cfg.packed
-        self.swa = [KVStore(cfg.head_dim, f.get("kv" if self.dense else "swa", "bf16"), "kv" if self.dense else "swa",
-                            None if self.dense else cfg.window, pk) for _ in self.plan]
-        self.main = {p.index: KVStore(cfg.head_dim, f.get("main", "bf16"), "main", packed=pk) for p in self.plan
-                     if p.stores and p.ratio and not self.dense}
-        self.index = {p.index: KVStore(cfg.index_dim, f.get("index", "bf16"), "index", packed=pk) for p in self.plan
-                      if p.stores and p.indexed and p.ratio and not self.dense}
-        self.comp_state = {p.index: CompressorState(self.weights[p.index].comp) for p in self.plan if p.index in self.main}
-        self.icomp_state = {p.index: CompressorState(self.weights[p.index].index_comp) for p in self.plan
-                            if p.index in self.index}
+        self.tokens: list[torch.Tensor] = []  # token ids seen ([1] each), for replay
+        if self.dense:
+            self.swa = [vector_store(cfg.head_dim, f.get("kv", "bf16"), "kv") for _ in self.plan]
+        else:
+            self.swa = [vector_store(cfg.head_dim, f.get("swa", "bf16"), "swa", window=cfg.window) for _ in self.plan]
+        storing = [p for p in self.plan if p.stores and p.ratio and not self.dense]
+        self.main = {p.index: vector_store(cfg.head_dim, f.get("main", "bf16"), "main") for p in storing}
+        self.index = {p.index: vector_store(cfg.index_dim, f.get("index", "bf16"), "index") for p in storing
+                      if p.indexed}
+        self.comp_state = {i: CompressorState(self.weights[i].compressor) for i in self.main}
+        self.icomp_state = {i: CompressorState(self.weights[i].index_compressor) for i in self.index}
         self.window_state: WindowState | None = None
 
     def cache_bytes(self) -> dict[str, int]:
-        """Bytes each kind of cached state holds now (per sequence), from kvlab.formats."""
-        out = {"window": sum(s.nbytes for s in self.swa), "main": sum(s.nbytes for s in self.main.values()),
-               "index": sum(s.nbytes for s in self.index.values())}
+        """Bytes each kind of cached state holds now (the stores' packed tensors)."""
+        out = {"window": sum(s.held_bytes for s in self.swa), "main": sum(s.held_bytes for s in self.main.values()),
+               "index": sum(s.held_bytes for s in self.index.values())}
         out["total"] = sum(out.values())
         return out
 
     # --- forward ----------------------------------------------------------------------------
     def forward(self, ids: torch.Tensor, replay: bool = False) -> torch.Tensor:
-        """Process new tokens ids [B, S] after the cached ones; returns logits [B, S, vocab]."""
+        """Process new tokens ids [1, S] after the cached ones; returns logits [1, S, vocab]. `replay` rebuilds
+        the windows only (compressed entries and token history are not appended again)."""
         need_dims("token ids", ids, 2, "[B, S]")
+        if ids.shape[0] != 1:
+            raise AttentionShapeError(f"the stack runs one sequence (its caches hold one); got batch {ids.shape[0]}")
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.cfg.vocab):
             raise SelectionError(f"token ids must lie in [0, {self.cfg.vocab})")
-        x = self.embed[ids]  # [B, S, hidden]
-        sel: dict[int, torch.Tensor] = {}  # layer -> selection [B, S, k] made this call (for Reuse layers)
-        pool: torch.Tensor | None = None  # [B, S, N] candidate pool of each query, chosen this call
+        x = self.embed[ids]  # [1, S, hidden]
+        step = _Step(torch.arange(self.pos, self.pos + ids.shape[1]))
         for p, w in zip(self.plan, self.weights):
-            a, sel_p, pool = self._attention(p, w, rms_norm(x), replay, sel, pool)
-            sel[p.index] = sel_p
-            x = x + a
-            y = rms_norm(x)
-            x = x + (torch.nn.functional.silu(y @ w.w1) * (y @ w.w3)) @ w.w2
+            x = x + self._attention(p, w, rms_norm(x), replay, step)
+            x = x + self._mlp(w, rms_norm(x))
         if not replay:
             self.tokens += list(ids.T)
         self.pos += ids.shape[1]
-        return rms_norm(x) @ self.head
+        return rms_norm(x) @ self.head  # [1, S, vocab]
 
-    def _attention(self, p: LayerPlan, w: LayerWeights, x, replay, sel, pool):
+    @staticmethod
+    def _mlp(w: LayerWeights, y: torch.Tensor) -> torch.Tensor:
+        """SwiGLU (a dense stand-in for V4's MoE): [1, S, hidden]."""
+        return (torch.nn.functional.silu(y @ w.w1) * (y @ w.w3)) @ w.w2  # [1, S, 2 hidden] -> [1, S, hidden]
+
+    def _attention(self, p: LayerPlan, w: LayerWeights, x: torch.Tensor, replay: bool, step: _Step) -> torch.Tensor:
+        """One layer's attention over its window and the compressed entries it reads: [1, S, hidden]."""
         cfg = self.cfg
         b, s, _ = x.shape
-        qpos = torch.arange(self.pos, self.pos + s)  # absolute positions of the queries
         theta = self.theta[1] if p.ratio else self.theta[0]  # V4: compressed layers use compress_rope_theta throughout
-        q = (x @ w.wq).view(b, s, cfg.heads, cfg.head_dim).transpose(1, 2)  # [B, H, S, D]
-        q = apply_rope(rms_norm(q), qpos, cfg.rope_dim, theta)
-        kv = apply_rope(rms_norm(x @ w.wkv, w.kv_norm), qpos, cfg.rope_dim, theta)  # [B, S, D]
+        q = (x @ w.wq).view(b, s, cfg.heads, cfg.head_dim).transpose(1, 2)  # [1, H, S, D]
+        q = apply_rope(rms_norm(q), step.qpos, cfg.rope_dim, theta)
+        kv = apply_rope(rms_norm(x @ w.wkv, w.kv_norm), step.qpos, cfg.rope_dim, theta)  # [1, S, D]
+        window = self._window(p, kv, step.qpos)
+        entries, idx = self._entries(p, w, x, replay, step)  # [1, 1, N, D], [1, S, k]
+        step.selection[p.index] = idx
+        o = sparse_attention(q, entries, entries, idx, sinks=w.sinks, extra=window)  # [1, H, S, D]
+        o = apply_rope(o, step.qpos, cfg.rope_dim, theta, inverse=True)  # K=V carried RoPE: undo it on the output
+        return o.transpose(1, 2).reshape(b, s, -1) @ w.wo  # [1, S, H * D] -> [1, S, hidden]
+
+    def _window(self, p: LayerPlan, kv: torch.Tensor, qpos: torch.Tensor):
+        """Sliding window (dense: every token): append the new K=V entries kv [1, S, D] to the layer's store and
+        return (keys, values [1, 1, M, D], mask [S, M]) over the held and new entries."""
         store = self.swa[p.index]
-        prev = store.read()
-        prev = prev.expand(b, -1, -1) if prev.shape[1] == 0 else prev
-        kpos = torch.arange(self.pos - prev.shape[1], self.pos + s)  # positions of window keys
-        keys = torch.cat([prev, store.append(kv)], 1)  # [B, M, D] (new keys as stored)
+        prev = _read(store)  # [1, M - S, D] held before this call
+        keys = torch.cat([prev, _append(store, kv)], 1)[:, None]  # [1, 1, M, D] (new keys as stored)
+        kpos = torch.arange(self.pos - prev.shape[1], self.pos + kv.shape[1])  # [M] positions of the keys
         ok = kpos[None, :] <= qpos[:, None]  # [S, M] causal
         if not self.dense:
-            ok &= kpos[None, :] > qpos[:, None] - cfg.window
-        extra = (keys[:, None], keys[:, None], ok)
-        # compressed entries
-        idx = torch.full((b, s, 0), -1, dtype=torch.long)
-        ent = torch.zeros(b, 1, 0, cfg.head_dim)
-        if not self.dense and p.ratio:
-            src = p.source
-            if p.stores and not replay:
-                self.main[src].append(self.comp_state[src].append(x))
-                if src in self.index:
-                    self.index[src].append(self.icomp_state[src].append(x))
-            ent = self.main[src].read()[:, None]  # [B, 1, N, D]
-            n = ent.shape[2]
-            valid = (torch.arange(n)[None, :] + 1) * p.ratio <= qpos[:, None] + 1  # [S, N] complete windows only
-            valid = valid[None].expand(b, -1, -1)
-            if p.mode == "reuse":
-                idx = sel[src]
-            elif p.indexed and n:
-                qi = (x @ w.wq_idx).view(b, s, cfg.index_heads, cfg.index_dim)
-                sc = index_scores(qi, x @ w.w_idx, self.index[src].read())  # [B, S, N]
-                if cfg.candidate_blocks is not None and src == self.cand_src:
-                    if p.index == src:  # the candidate source chooses each query's pool; its readers reuse it
-                        cand = candidate_pool(sc.masked_fill(~valid, float("-inf")), cfg.candidate_blocks,
-                                              cfg.candidate_block_size)  # [B, S, P]
-                        pool = torch.zeros(b, s, n + 1, dtype=torch.bool)
-                        pool.scatter_(2, torch.where(cand >= 0, cand, n), True)
-                        pool = pool[..., :n]  # [B, S, N]
-                    valid = valid & pool
-                idx = select_topk(sc, min(cfg.index_topk, n), valid)
-            elif n:  # HCA: every complete entry
-                idx = torch.where(valid, torch.arange(n), -1)
-        o = sparse_attention(q, ent, ent, idx, sinks=w.sinks, extra=extra)  # [B, H, S, D]
-        o = apply_rope(o, qpos, cfg.rope_dim, theta, inverse=True)  # K=V carried RoPE: undo it on the output
-        return o.transpose(1, 2).reshape(b, s, -1) @ w.wo, idx, pool
+            ok &= kpos[None, :] > qpos[:, None] - self.cfg.window
+        return keys, keys, ok
+
+    def _entries(self, p: LayerPlan, w: LayerWeights, x: torch.Tensor, replay: bool, step: _Step):
+        """Compressed entries the layer reads [1, 1, N, D] and each query's selection of them [1, S, k]
+        (-1 = none): the source's selection (Reuse), the indexer's top-k (CSA / Full / Reindex), or every
+        complete entry (HCA). Storing layers first compress x [1, S, hidden] into their stores."""
+        s = x.shape[1]
+        none = torch.full((1, s, 0), -1, dtype=torch.long)  # [1, S, 0]
+        if self.dense or not p.ratio:
+            return torch.zeros(1, 1, 0, self.cfg.head_dim), none
+        src = p.source
+        if p.stores and not replay:
+            self._compress(src, x)
+        ent = _read(self.main[src])[:, None]  # [1, 1, N, D]
+        n = ent.shape[2]
+        complete = ((torch.arange(n)[None, :] + 1) * p.ratio <= step.qpos[:, None] + 1)[None]  # [1, S, N] closed
+        if p.mode == "reuse":
+            return ent, step.selection[src]
+        if p.indexed and n:
+            return ent, self._indexer_topk(p, w, x, complete, step)
+        if n:  # HCA: every complete entry
+            return ent, torch.where(complete, torch.arange(n), -1)  # [1, S, N]
+        return ent, none
+
+    def _compress(self, layer: int, x: torch.Tensor) -> None:
+        """Feed x [1, S, hidden] to the layer's compressors; the entries they close join its stores."""
+        _append(self.main[layer], self.comp_state[layer].append(x))  # [1, n, D] closed entries
+        if layer in self.index:
+            _append(self.index[layer], self.icomp_state[layer].append(x))  # [1, n, D_I] index keys
+
+    def _indexer_topk(self, p: LayerPlan, w: LayerWeights, x: torch.Tensor, complete: torch.Tensor,
+                      step: _Step) -> torch.Tensor:
+        """The layer's indexer scores the source's index keys; each query keeps its top-k complete entries,
+        within the candidate pool when the pool is capped: [1, S, k]."""
+        cfg, s = self.cfg, x.shape[1]
+        qi = (x @ w.indexer.wq).view(1, s, cfg.index_heads, cfg.index_dim)  # [1, S, H_I, D_I]
+        sc = index_scores(qi, x @ w.indexer.w_heads, _read(self.index[p.source]))  # [1, S, N]
+        allowed = complete  # [1, S, N]
+        if cfg.candidate_blocks is not None and p.source == self.cand_src:
+            if p.index == p.source:  # the candidate source chooses each query's pool; its readers reuse it
+                step.pool = self._candidate_pool(sc, complete)
+            allowed = allowed & step.pool
+        return select_topk(sc, min(cfg.index_topk, sc.shape[-1]), allowed)
+
+    def _candidate_pool(self, scores: torch.Tensor, complete: torch.Tensor) -> torch.Tensor:
+        """The capped candidate pool: the best `candidate_blocks` blocks of complete entries per query, as a
+        mask [1, S, N]."""
+        n = scores.shape[-1]
+        cand = candidate_pool(scores.masked_fill(~complete, float("-inf")), self.cfg.candidate_blocks,
+                              self.cfg.candidate_block_size)  # [1, S, P] positions, -1 pads
+        pool = torch.zeros(*scores.shape[:-1], n + 1, dtype=torch.bool)  # [1, S, N + 1]: slot N takes the -1s
+        pool.scatter_(2, torch.where(cand >= 0, cand, n), True)  # mark each candidate position
+        return pool[..., :n]  # [1, S, N]
 
     @torch.no_grad()
     def prefill(self, ids: torch.Tensor) -> torch.Tensor:
-        """Run a prompt from an empty cache; logits of its last token [B, vocab]."""
+        """Run a prompt ids [1, S] from an empty cache; logits of its last token [1, vocab]."""
         self.reset()
         return self.forward(ids)[:, -1]
 
     @torch.no_grad()
-    def decode(self, ids: torch.Tensor, steps: int | None = None) -> torch.Tensor:
-        """Feed tokens one at a time (teacher forcing) ids [B, n]; logits after each [B, n, vocab]."""
-        return torch.stack([self.forward(ids[:, i:i + 1])[:, -1] for i in range(ids.shape[1])], 1)
+    def decode(self, ids: torch.Tensor) -> torch.Tensor:
+        """Feed tokens ids [1, n] one at a time (teacher forcing); logits after each [1, n, vocab]."""
+        return torch.stack([self.forward(ids[:, i:i + 1])[:, -1] for i in range(ids.shape[1])], 1)  # [1, n, vocab]
 
-    # --- window offload and bounded replay ------------------------------------------------------------
     def flops_per_token(self) -> float:
         """Weight FLOPs of one token through the stack (2 per multiply-add; attention scores not counted)."""
-        mats = [self.head] + [t for w in self.weights for t in (w.wq, w.wkv, w.wo, w.w1, w.w2, w.w3, w.wq_idx, w.w_idx)
-                              if t is not None]
-        mats += [c.w_kv for w in self.weights for c in (w.comp, w.index_comp) if c is not None]
-        mats += [c.w_gate for w in self.weights for c in (w.comp, w.index_comp) if c is not None]
-        return 2.0 * sum(m.numel() for m in mats)
+        return 2.0 * (self.head.numel() + sum(m.numel() for w in self.weights for m in w.matrices()))
 
+    # --- window offload and bounded replay ------------------------------------------------------------
     def offload_windows(self, now: float, ttl: float) -> WindowState:
-        """Move every layer's window buffer to host memory with a TTL (seconds)."""
+        """Move every layer's window pages to host memory with a TTL (seconds)."""
         st = WindowState(self.cfg.window, ttl, {str(i): s.state() for i, s in enumerate(self.swa)})
         st.offload(now)
         for s in self.swa:
@@ -256,8 +337,8 @@ class Stack:
             end = self.pos
             self.pos -= n
             for s in self.swa:
-                s.clear()
-            self.forward(torch.stack(self.tokens[-n:], 1), replay=True)
+                s.reset()
+            self.forward(torch.stack(self.tokens[-n:], 1), replay=True)  # ids [1, n]
             assert self.pos == end
             return {str(i): s.state() for i, s in enumerate(self.swa)}, n, n * self.flops_per_token()
 
@@ -273,16 +354,15 @@ def compare_decoding(cfg: StackConfig, prompt: int, steps: int, seed: int = 0, d
     """Prefill `prompt` random tokens then decode `steps` more (teacher forced) with the stack (compressed, or
     dense=True) and a dense reference (`reference`, default the same config: same weights); the mean KL of
     next-token distributions and the bytes each holds."""
-    need_int("prompt", prompt)
-    need_int("steps", steps)
-    ids = torch.randint(0, cfg.vocab, (1, prompt + steps), generator=torch.Generator().manual_seed(seed))
+    prompt = need_int("prompt", prompt, 1, error=SelectionError)
+    steps = need_int("steps", steps, 1, error=SelectionError)
+    ids = torch.randint(0, cfg.vocab, (1, prompt + steps), generator=torch.Generator().manual_seed(seed))  # [1, T]
     out = {}
     for name, c, d in (("sparse", cfg, dense), ("dense", reference or cfg, True)):
         s = Stack(c, d)
         first = s.prefill(ids[:, :prompt])
         out[name] = torch.cat([first[:, None], s.decode(ids[:, prompt:prompt + steps - 1])], 1)[0]  # [steps, V]
         out[f"{name}_bytes"] = s.cache_bytes()["total"]
-    from .metrics import logits_kl
     return dict(kl=logits_kl(out["dense"], out["sparse"]), sparse_bytes=out["sparse_bytes"],
                 dense_bytes=out["dense_bytes"],
                 top1_agree=float((out["dense"].argmax(-1) == out["sparse"].argmax(-1)).float().mean()))
@@ -292,8 +372,7 @@ def compare_decoding(cfg: StackConfig, prompt: int, steps: int, seed: int = 0, d
 def replay_experiment(cfg: StackConfig, prompt: int, ttl: float, idle: float, seed: int = 0) -> dict:
     """Offload the windows after a prompt, come back after `idle` seconds: a hit restores them, a miss
     replays the last `window` tokens. Reports the replay cost and the next-token KL against no offload."""
-    from .metrics import logits_kl
-    ids = torch.randint(0, cfg.vocab, (1, prompt + 1), generator=torch.Generator().manual_seed(seed))
+    ids = torch.randint(0, cfg.vocab, (1, prompt + 1), generator=torch.Generator().manual_seed(seed))  # [1, T + 1]
     ref = Stack(cfg)
     ref.prefill(ids[:, :prompt])
     want = ref.decode(ids[:, prompt:])[:, 0]

@@ -12,15 +12,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .checks import SelectionError, need_dims, need_int
+from ..checks import need_int
+from .checks import SelectionError, need_dims
 from .dense import causal_mask, dense_attention
 
 
 def window_attention(q, k, v, window: int, sink_tokens: int = 0, scale: float | None = None,
                      sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Causal attention restricted to the last `window` keys (+ `sink_tokens` first keys): [B, H, S, Dv]."""
-    need_int("window", window)
-    need_int("sink_tokens", sink_tokens, 0)
+    window = need_int("window", window, 1, error=SelectionError)
+    sink_tokens = need_int("sink_tokens", sink_tokens, 0, error=SelectionError)
     need_dims("q", q, 4, "[B, H, S, D]")
     need_dims("k", k, 4, "[B, Hkv, T, D]")
     return dense_attention(q, k, v, scale=scale, sinks=sinks,
@@ -29,9 +30,9 @@ def window_attention(q, k, v, window: int, sink_tokens: int = 0, scale: float | 
 
 def window_positions(tokens: int, window: int, sink_tokens: int = 0) -> torch.Tensor:
     """Positions a decode query at position tokens-1 sees: sinks then the last `window` (ascending)."""
-    need_int("window", window)
+    window = need_int("window", window, 1, error=SelectionError)
     lo = max(0, tokens - window)
-    return torch.cat([torch.arange(min(sink_tokens, lo)), torch.arange(lo, tokens)])
+    return torch.cat([torch.arange(min(sink_tokens, lo)), torch.arange(lo, tokens)])  # [sinks + W]
 
 
 @dataclass
@@ -56,7 +57,7 @@ class WindowState:
     stats: ReplayStats = field(default_factory=ReplayStats)  # misses and replay cost
 
     def __post_init__(self):
-        need_int("window", self.window)
+        self.window = need_int("window", self.window, 1, error=SelectionError)
         if not self.ttl >= 0:
             raise SelectionError(f"ttl must be >= 0 seconds, got {self.ttl!r}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import ShapeError
 from ..layout import Entry
 from . import quantizer
 
@@ -21,14 +22,14 @@ def encode(x: torch.Tensor, entry: Entry, tensor_scales: list[torch.Tensor] | No
     later appends stay on the first chunk's scale; returns the packed rows and those scales."""
     n, copies, elements = x.shape
     if elements != entry.elements:
-        raise ValueError(f"entry holds {entry.elements} elements per copy, got {elements}")
+        raise ShapeError(f"entry holds {entry.elements} elements per copy, got {elements}")
     out = torch.zeros(n, copies, entry.nbytes, dtype=torch.uint8, device=x.device)  # [N, C, entry B]
     scales_out, off, pos = [], 0, 0
     for i, p in enumerate(entry.parts):
         xs = x[..., off:off + p.elements].reshape(n * copies, p.elements)  # [N*C, n_p]
         pinned = tensor_scales[i] if tensor_scales else None
         rows, ts = quantizer.pack(xs, p.fmt, pinned)  # [N*C, part B], per-tensor scale bytes
-        out[..., pos:pos + p.nbytes] = rows.reshape(n, copies, p.nbytes)
+        out[..., pos:pos + p.nbytes] = rows.reshape(n, copies, p.nbytes)  # [N, C, part B]
         scales_out.append(ts)
         off += p.elements
         pos += p.nbytes
@@ -43,9 +44,9 @@ def decode(rows: torch.Tensor, entry: Entry, tensor_scales: list[torch.Tensor] |
     for i, p in enumerate(entry.parts):
         part = rows[..., pos:pos + p.nbytes].reshape(n * copies, p.nbytes)  # [N*C, part B]
         ts = tensor_scales[i] if tensor_scales else None
-        out.append(quantizer.unpack(part, p.fmt, p.elements, ts, dtype).reshape(n, copies, p.elements))
+        out.append(quantizer.unpack(part, p.fmt, p.elements, ts, dtype).reshape(n, copies, p.elements))  # [N, C, n_p]
         pos += p.nbytes
     if len(out) == 1:
         return out[0]
-    return torch.cat(out, dim=-1) if out else rows.new_zeros(n, copies, 0, dtype=dtype)
+    return torch.cat(out, dim=-1) if out else rows.new_zeros(n, copies, 0, dtype=dtype)  # [N, C, elements]
 

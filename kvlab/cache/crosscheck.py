@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..checks import need_int
 from ..engines import allocate
 from ..errors import ParameterError
 from ..layout import build_layout, check_tokens
@@ -89,7 +90,7 @@ def crosscheck(model: str = "qwen3-8b", tokens: int = 16, num_layers: int = 2, s
     and compare its cache with kvlab's layout."""
     from transformers import AutoModelForCausalLM
     tokens = check_tokens(tokens)
-    decode = check_tokens(decode)
+    decode = need_int("decode", decode, 0)
     if tokens < 1 or decode >= tokens:
         raise ParameterError(f"cross-check needs 0 <= decode < tokens, got tokens={tokens}, decode={decode}")
     name, config = tiny_config(model, num_layers)

@@ -21,7 +21,7 @@ class CacheMeasurement:
     """One model at one length: what the packed cache holds against the byte math."""
 
     model: str  # catalog name or config stem
-    layout: str  # "storage", "vllm" or "bf16"
+    scheme: str  # layout scheme: "storage", "vllm" or "bf16"
     kv_format: str | None  # uniform override format, if any
     engine: str  # "exact" or the paging engine's name
     block_tokens: int | None  # tokens per page (None: exact storage)
@@ -52,12 +52,13 @@ class CacheMeasurement:
         return {**asdict(self), "matches_prediction": self.exact}
 
 
-def measure_cache(model, tokens: int, layout: str = "storage", kv_format=None, paged: bool = False,
+def measure_cache(model, tokens: int, scheme: str = "storage", kv_format=None, paged: bool = False,
                   device="auto", seed: int = 0, profile: bool = True) -> CacheMeasurement:
-    """Build `model`'s cache at `tokens` tokens on `device` (fast fill) and measure it."""
+    """Build `model`'s cache at `tokens` tokens on `device` (fast fill) and measure it: the layout of `scheme`
+    (kvlab.layout.SCHEMES) or of one uniform `kv_format`, exact storage or the scheme's paged engine."""
     tokens = check_tokens(tokens)
     dev = resolve_device(device)
-    a = allocate(model, layout, kv_format)
+    a = allocate(model, scheme, kv_format)
     engine = a.engine if paged else EXACT
     alloc = allocate(a.layout, engine=engine)
     exact, pred = a.layout.session(tokens), alloc.session(tokens)
@@ -115,7 +116,7 @@ def _cause(rec: MemoryRecord, diff: int, rounding: int, engine, storage: int) ->
             "(kvlab.engines counts one page per tail)")
 
 
-def sweep(models, kv_formats, lengths, layout: str = "storage", device="auto", budget_bytes: int | None = None,
+def sweep(models, kv_formats, lengths, scheme: str = "storage", device="auto", budget_bytes: int | None = None,
           paged: bool = False, profile: bool = True) -> list[dict]:
     """measure_cache over models x formats x lengths; sizes over `budget_bytes` are listed as skipped.
 
@@ -124,13 +125,13 @@ def sweep(models, kv_formats, lengths, layout: str = "storage", device="auto", b
     for model in models:
         for fmt in kv_formats:
             fmt = None if fmt in (None, "", "default") else fmt
-            a = allocate(model, layout, fmt)
+            a = allocate(model, scheme, fmt)
             for t in lengths:
                 pred = (a if paged else allocate(a.layout, engine=EXACT)).session(t).total
                 base = dict(model=a.layout.model.name, kv_format=fmt or "default", tokens=t, predicted_bytes=pred)
                 if budget_bytes is not None and pred > budget_bytes:
                     rows.append({**base, "status": f"skipped: {pred:,} B > budget {budget_bytes:,} B"})
                     continue
-                m = measure_cache(model, t, layout, fmt, paged=paged, device=device, profile=profile)
+                m = measure_cache(model, t, scheme, fmt, paged=paged, device=device, profile=profile)
                 rows.append({**base, **m.as_dict(), "kv_format": fmt or "default", "status": "measured"})
     return rows

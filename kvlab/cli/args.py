@@ -40,4 +40,8 @@ def number(name: str, lo: float = 0.0, hi: float = math.inf):
     return parse
 
 
-LAYOUTS = ("storage", "vllm", "bf16")  # kvlab.layout.SCHEMES, as the CLI's --layout choices
+def add_scheme(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+    """--scheme (kvlab.layout.SCHEMES: which format each cached component takes); --layout is its older name."""
+    from ..layout import SCHEMES
+    parser.add_argument("--scheme", "--layout", dest="scheme", default="storage", choices=SCHEMES,
+                        help=help or "layout scheme: the model's storage formats, what vLLM allocates, or all BF16")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from .args import LAYOUTS, count
+from .args import add_scheme, count
 
 
 def _num(x):
@@ -33,13 +33,13 @@ def cmd_models(args):
 def cmd_bytes(args):
     from ..engines import allocate
     from ..explain import fmt_bytes
-    a = allocate(args.model, args.layout, args.kv_format)
+    a = allocate(args.model, args.scheme, args.kv_format)
     L = a.layout
     s = a.session(args.tokens)
     out = {
         "model": L.model.name,
         "family": L.model.family,
-        "layout": L.scheme,
+        "scheme": L.scheme,
         "kv_format": L.kv_format,
         "engine": a.engine.name,
         "bytes_per_token": _num(a.bytes_per_token),
@@ -84,7 +84,7 @@ def register(sub) -> None:
     b = sub.add_parser("bytes", help="KV bytes per token and per session for a model")
     b.add_argument("model", help="catalog name (kvlab models) or path to a config.json")
     b.add_argument("--kv-format", default=None, help="one uniform number format for every cached component")
-    b.add_argument("--layout", default="storage", choices=LAYOUTS)
+    add_scheme(b)
     b.add_argument("--tokens", type=count("--tokens"), default=1_000_000, help="session length (default 1,000,000)")
     b.add_argument("--explain", action="store_true", help="show the derivation step by step")
     b.add_argument("--json", action="store_true")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from .args import LAYOUTS, count
+from .args import add_scheme, count
 
 
 def register(sub) -> None:
@@ -11,8 +11,7 @@ def register(sub) -> None:
     p.add_argument("model", help="catalog name (kvlab models) or path to a config.json")
     p.add_argument("--tokens", type=count("--tokens"), required=True, help="session length")
     p.add_argument("--kv-format", default=None, help="one uniform number format for every cached component")
-    p.add_argument("--layout", default="storage", choices=LAYOUTS,
-                   help="storage / bf16: exact storage; vllm: paged as vLLM allocates (kvlab.engines)")
+    add_scheme(p, "storage / bf16: exact storage; vllm: paged as vLLM allocates (kvlab.engines)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (auto: cuda when available)")
     p.add_argument("--no-profile", action="store_true", help="skip the torch.profiler cross-check on CPU")
     p.add_argument("--json", action="store_true")
@@ -21,12 +20,12 @@ def register(sub) -> None:
 
 def cmd_measure(args) -> int:
     from ..cache.measurement import measure_cache
-    m = measure_cache(args.model, args.tokens, args.layout, args.kv_format,
-                      paged=args.layout == "vllm", device=args.device, profile=not args.no_profile)
+    m = measure_cache(args.model, args.tokens, args.scheme, args.kv_format,
+                      paged=args.scheme == "vllm", device=args.device, profile=not args.no_profile)
     if args.json:
         print(json.dumps(m.as_dict(), indent=2))
         return 0
-    print(f"{m.model} ({m.layout}{', ' + m.kv_format if m.kv_format else ''}, {m.engine}) on {m.device}, "
+    print(f"{m.model} ({m.scheme}{', ' + m.kv_format if m.kv_format else ''}, {m.engine}) on {m.device}, "
           f"{m.tokens:,} tokens")
     print(f"  measured  {m.measured_bytes:>16,} B  ({m.measured_growing_bytes:,} growing + "
           f"{m.measured_bounded_bytes:,} bounded; {m.method})")

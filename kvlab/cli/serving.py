@@ -4,13 +4,13 @@ from __future__ import annotations
 import json
 
 from ..errors import ParameterError
-from .args import LAYOUTS, count as _count, number as _number
+from .args import add_scheme, count as _count, number as _number
 
 
 def cmd_sessions(args) -> int:
     from ..serving.capacity import plan, vllm_plan
     cap = plan(args.model, args.gpu, args.context, args.prefix_hit_rate, kv_format=args.kv_format,
-               scheme=args.layout, utilization=args.utilization, weight_shards=args.weight_shards,
+               scheme=args.scheme, utilization=args.utilization, weight_shards=args.weight_shards,
                weights=None if args.weight_gb is None else int(args.weight_gb * 1e9),
                activation_gb=args.activation_gb, replay_probability=args.replay_probability)
     out = cap.as_dict()
@@ -45,7 +45,7 @@ def register(sub) -> None:
     s.add_argument("--context", type=_count("--context"), required=True, help="tokens per session")
     s.add_argument("--prefix-hit-rate", type=_number("--prefix-hit-rate", 0, 1), default=0.0)
     s.add_argument("--kv-format", default=None, help="one uniform number format for every cached component")
-    s.add_argument("--layout", default="storage", choices=LAYOUTS)
+    add_scheme(s)
     s.add_argument("--utilization", type=_number("--utilization", 0, 1), default=0.9)
     s.add_argument("--weight-shards", type=_count("--weight-shards"), default=None,
                    help="GPUs the weights are spread over (default: smallest of 1/2/4/8 leaving half the memory)")

@@ -118,7 +118,7 @@ class Stream:
         n, p = self.packed.rows, self.pend.shape[2]
         out = torch.empty(b, h, n * g + p, w, dtype=self.dtype, device=self.pend.device)
         if n and self.fast:  # compiled: each packed byte read once, each value written in place
-            rows = self.packed.buf.data.view(n, b * h, -1)
+            rows = self.packed.packed()  # [N, B*H, entry B]
             kernels.decode_into(rows, self.packed.entry, self.packed.tensor_scales, g, out.view(b * h, -1, w))
         elif n:  # decoded rows go straight into place (one conversion to the model dtype on the way)
             r = self.packed.read()  # [N, B*H, G*W]

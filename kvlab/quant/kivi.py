@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..checks import need_choice, need_int
 from ..errors import ParameterError
 from ..formats import get_format
 from .api import quantize
@@ -37,12 +38,11 @@ class KiviKV:
 def kivi_quantize(k: torch.Tensor, v: torch.Tensor, bits: int = 2, group: int = 32, residual: int = 32) -> KiviKV:
     """Quantize K, V [..., T, D] KIVI-style. The quantized prefix is the largest multiple of
     `group` tokens that leaves at least `residual` tokens in full precision."""
-    if bits not in (2, 4, 8):
-        raise ParameterError(f"kivi_quantize: bits must be 2, 4 or 8, got {bits!r}")
+    need_choice("kivi_quantize: bits", bits, (2, 4, 8))
     if k.shape != v.shape or k.dim() < 2:
         raise ParameterError(f"kivi_quantize: k and v need one shape [..., T, D], got {tuple(k.shape)}, {tuple(v.shape)}")
-    if residual < 0:
-        raise ParameterError(f"kivi_quantize: residual must be >= 0, got {residual}")
+    residual = need_int("kivi_quantize: residual", residual, 0)
+    group = need_int("kivi_quantize: group", group, 1)
     fmt = get_format(f"int{bits}_g{group}")
     t = k.shape[-2]
     nq = max(t - residual, 0) // group * group

@@ -1,16 +1,19 @@
-"""Error metrics of a quantized tensor against its full-precision original."""
+"""Error metrics of an approximation against its reference: a quantized tensor against its full-precision
+original, an approximate attention output against the dense one (kvlab.attention uses these too).
+Sums are accumulated in fp64, so the figures do not depend on the order torch adds float32 values in."""
 from __future__ import annotations
 
 import math
 
 import torch
 
+from ..errors import ShapeError
 from .tensor import QuantizedTensor
 
 
 def _pair(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     if x.shape != y.shape:
-        raise ValueError(f"metrics: shapes differ: {tuple(x.shape)} vs {tuple(y.shape)}")
+        raise ShapeError(f"metrics: shapes differ: {tuple(x.shape)} vs {tuple(y.shape)}")
     return x.float(), y.float()
 
 
@@ -29,16 +32,20 @@ def sqnr(x: torch.Tensor, y: torch.Tensor) -> float:
     return 10 * math.log10(signal / noise) if signal > 0 else -math.inf
 
 
-def rel_error(x: torch.Tensor, y: torch.Tensor) -> float:
-    """||x - y|| / ||x|| (Frobenius)."""
-    x, y = _pair(x, y)
-    return math.sqrt(_sumsq(x - y) / _sumsq(x))
+def rel_error(ref: torch.Tensor, approx: torch.Tensor) -> float:
+    """||approx - ref|| / ||ref|| (Frobenius); 0 when both are zero, inf when only `ref` is."""
+    ref, approx = _pair(ref, approx)
+    noise, signal = _sumsq(approx - ref), _sumsq(ref)
+    if signal == 0:
+        return 0.0 if noise == 0 else math.inf
+    return math.sqrt(noise / signal)
 
 
-def cosine(x: torch.Tensor, y: torch.Tensor) -> float:
-    """Cosine similarity of the flattened tensors."""
-    x, y = _pair(x, y)
-    return float(torch.sum(x * y, dtype=torch.float64)) / math.sqrt(_sumsq(x) * _sumsq(y))
+def cosine(ref: torch.Tensor, approx: torch.Tensor) -> float:
+    """Cosine similarity of the flattened tensors (0 when either is zero)."""
+    ref, approx = _pair(ref, approx)
+    norms = math.sqrt(_sumsq(ref) * _sumsq(approx))
+    return float(torch.sum(ref * approx, dtype=torch.float64)) / norms if norms else 0.0
 
 
 def max_step_error(x: torch.Tensor, q: QuantizedTensor) -> float:
@@ -50,20 +57,19 @@ def max_step_error(x: torch.Tensor, q: QuantizedTensor) -> float:
     return float(ratio.max()) if ratio.numel() else 0.0
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d)) v in fp32: q [..., Tq, D], k [..., T, D], v [..., T, Dv] -> [..., Tq, Dv]."""
-    q, k, v = q.float(), k.float(), v.float()
-    w = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1)
-    return w @ v
-
-
 def attention_error(k: torch.Tensor, v: torch.Tensor, k_hat: torch.Tensor, v_hat: torch.Tensor,
                      q: torch.Tensor | None = None, queries: int = 16, seed: int = 0) -> float:
-    """Relative error of the attention output from dequantized K, V against full-precision K, V.
-    q defaults to `queries` seeded Gaussian queries scaled like the keys."""
+    """Relative error of the attention output from dequantized K, V against full-precision K, V: k, v
+    [..., T, D] (leading dims are heads), every query attending to every key with kvlab.attention's dense
+    attention. q [..., Tq, D] defaults to `queries` seeded Gaussian queries scaled like the keys."""
+    from ..attention.dense import dense_attention  # imported here: kvlab.attention builds on kvlab.quant
+
     if q is None:
         gen = torch.Generator().manual_seed(seed)
-        q = torch.randn(*k.shape[:-2], queries, k.shape[-1], generator=gen)
+        q = torch.randn(*k.shape[:-2], queries, k.shape[-1], generator=gen)  # [..., Tq, D]
         q = q.to(k.device) * k.float().std()
-    ref = attention(q, k, v)
-    return rel_error(ref, attention(q, k_hat, v_hat))
+
+    def attend(keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        return dense_attention(*(t.reshape(1, -1, *t.shape[-2:]) for t in (q, keys, values)))  # [1, heads, Tq, Dv]
+
+    return rel_error(attend(k, v), attend(k_hat, v_hat))
