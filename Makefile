@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q -e '.[notebooks,dev]'
+	$(BIN)/python -m pip install -q -e '.[notebooks,hf,dev]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name kvlab --display-name "kvlab (Python)" >/dev/null
 	touch $(STAMP)
 

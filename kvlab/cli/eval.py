@@ -16,6 +16,8 @@ def register(sub) -> None:
     p.add_argument("--v-format", default=None, help="format of values (MLA: the RoPE key)")
     p.add_argument("--residual", type=count("--residual"), default=0,
                    help="most recent tokens kept unquantized (KIVI's residual)")
+    p.add_argument("--block", type=count("--block"), default=1,
+                   help="tokens quantized together as they leave the residual (faster decoding; they wait in BF16)")
     p.add_argument("--mechanism", default=None,
                    help="window=W, topk=K, capped=BxS,topk=K, csa=M,topk=K,window=W or hca=M,window=W")
     p.add_argument("--tokens", type=count("--tokens"), default=512, help="held-out tokens scored")
@@ -33,7 +35,7 @@ def cmd_eval(args) -> int:
     if args.kv_format and (args.k_format or args.v_format):
         raise ParameterError("give --kv-format, or --k-format and --v-format, not both")
     r = evaluate(args.model, args.kv_format, args.k_format, args.v_format, args.residual, args.mechanism,
-                 tokens=args.tokens, task=args.task, samples=args.samples, chunk=args.chunk,
+                 tokens=args.tokens, task=args.task, samples=args.samples, chunk=args.chunk, block=args.block,
                  decode_steps=args.decode_steps)
     if args.json:
         print(json.dumps(r.as_dict(), indent=2))

@@ -16,9 +16,11 @@ Their held bytes are counted from every tensor inside them (quanto's packed data
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -55,7 +57,8 @@ def load(name: str, dtype: torch.dtype = torch.bfloat16):
     src = str(p) if local else name
     _register_kvlab_models()
     try:
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, local_files_only=local)
+        with _quiet():
+            model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, local_files_only=local)
     except (OSError, ValueError, ImportError) as e:
         offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
         where = "a local directory" if local else ("the Hub in offline mode (HF_HUB_OFFLINE=1) and not in the local "
@@ -63,10 +66,27 @@ def load(name: str, dtype: torch.dtype = torch.bfloat16):
         raise ModelLoadError(f"cannot load {name!r} from {where}: {_first_line(e)}") from None
     model.eval()
     try:
-        tok = AutoTokenizer.from_pretrained(src, local_files_only=local)
+        with _quiet():
+            tok = AutoTokenizer.from_pretrained(src, local_files_only=local)
     except (OSError, ValueError, TypeError):
         tok = None
     return model, tok
+
+
+@contextmanager
+def _quiet():
+    """No progress bars or import-time warnings (torchao's, transformers') while loading."""
+    from transformers.utils import logging as hf_logging
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    logging.disable(logging.WARNING)
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _register_kvlab_models() -> None:
@@ -236,38 +256,44 @@ def heldout_ids(encode, tokens: int) -> tuple[torch.Tensor, str]:
 
 def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: int = 0, mechanism=None,
              tokens: int = 512, task: str | None = None, samples: int = 8, task_tokens: int | None = None,
-             chunk: int = 32, decode_steps: int = 32, repeats: int = 3, seed: int = 0, model=None,
+             chunk: int = 32, block: int = 1, decode_steps: int = 32, repeats: int = 3, seed: int = 0, model=None,
              tokenizer=None) -> EvalResult:
-    """Perplexity, task accuracy, bytes and decode speed of a model with a kvlab cache, against BF16 DynamicCache."""
+    """Perplexity, task accuracy, bytes and decode speed of a model with a kvlab cache, against BF16 DynamicCache.
+    Arguments are checked before the model loads, so a bad one costs nothing."""
+    from ..layout import kv_plan
     from .cache import make_cache
-    need_int("tokens", tokens, 2)
-    need_int("samples", samples, 1)
-    need_int("decode_steps", decode_steps, 1)
+    from .mechanisms import parse_mechanism
+    kv_plan(kv_format, k_format, v_format, residual, block)
+    parse_mechanism(mechanism)
+    for k, v, lo in (("tokens", tokens, 2), ("samples", samples, 1), ("chunk", chunk, 1),
+                     ("decode_steps", decode_steps, 1), ("repeats", repeats, 1)):
+        need_int(k, v, lo)
+    if task is not None:
+        from ..train.tasks import get_task
+        get_task(task)
     if model is None:
         model, tokenizer = load(name)
     encode = encoder(tokenizer, model.config.vocab_size)
 
     def kv():
-        return make_cache(model, kv_format, k_format, v_format, residual, mechanism=mechanism)
+        return make_cache(model, kv_format, k_format, v_format, residual, block=block, mechanism=mechanism)
 
     def ref():
         return peer_cache(model, "dynamic")
 
-    kv()  # bad formats / mechanisms fail here, before any work
+    probe = kv()  # a model the cache cannot hold fails here, before any work
     ids, where = heldout_ids(encode, max(tokens, decode_steps + 16))
     text = ids[:, :tokens]
     p, r = run_pass(model, text, kv(), chunk), run_pass(model, text, ref(), chunk)
     prompt = ids.shape[1] - decode_steps
     rates = decode_rate(model, kv, ids, prompt, decode_steps, repeats)
     ref_rates = decode_rate(model, ref, ids, prompt, decode_steps, repeats)
-    probe = kv()
     out = EvalResult(name, probe.kv_format, probe.mech.label(), tokens, chunk, perplexity(p), perplexity(r),
                      p.held_bytes, p.predicted_bytes, r.held_bytes, _median(rates), _median(ref_rates),
                      (min(rates), max(rates)), text=where)
     if task:
         from ..train.tasks import get_task
-        t = get_task(task)
-        ss = t.samples(seed, samples, task_tokens or tokens)
+        ss = get_task(task).samples(seed, samples, task_tokens or tokens)
         out.task = task
         out.accuracy = task_accuracy(model, ss, encode, kv, chunk)
         out.reference_accuracy = task_accuracy(model, ss, encode, ref, chunk)
