@@ -12,7 +12,7 @@ import numbers
 import operator
 from collections.abc import Iterable
 
-from .errors import KvlabError, ParameterError
+from .errors import KvlabError, ParameterError, WrongTypeError
 
 
 def cdiv(a: int, b: int) -> int:
@@ -24,17 +24,17 @@ def need_int(name: str, value, minimum: int | None = 0, maximum: int | None = No
              error: type[KvlabError] = ParameterError) -> int:
     """`value` as an int in [minimum, maximum] (None: unbounded); integral floats such as 1e6 are accepted."""
     if isinstance(value, bool):
-        raise error(f"{name} must be an integer, got {value!r}")
+        raise _type_error(error)(f"{name} must be an integer, got {value!r}")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     try:
         value = operator.index(value)
     except TypeError:
-        raise error(f"{name} must be an integer, got {value!r}") from None
+        raise _type_error(error)(f"{name} must be an integer, got {_short(value)}") from None
     if minimum is not None and value < minimum:
-        raise error(f"{name} must be an integer >= {minimum}, got {value}")
+        raise error(f"{name} must be an integer >= {minimum:,}, got {value:,}")
     if maximum is not None and value > maximum:
-        raise error(f"{name} must be an integer <= {maximum}, got {value}")
+        raise error(f"{name} must be an integer <= {maximum:,}, got {value:,}")
     return value
 
 
@@ -42,7 +42,7 @@ def need_number(name: str, value, lo: float = -math.inf, hi: float = math.inf, *
                 lo_open: bool = False, error: type[KvlabError] = ParameterError) -> float:
     """`value` as a float in [lo, hi] (or (lo, hi] with lo_open); NaN is refused, and so is +-inf when `finite`."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise error(f"{name} must be a number, got {value!r}")
+        raise _type_error(error)(f"{name} must be a number, got {_short(value)}")
     v = float(value)
     if math.isnan(v) or (finite and math.isinf(v)):
         raise error(f"{name} must be a finite number, got {value!r}")
@@ -52,9 +52,36 @@ def need_number(name: str, value, lo: float = -math.inf, hi: float = math.inf, *
     return v
 
 
+def _type_error(error: type[KvlabError]) -> type[KvlabError]:
+    """A wrong type is a WrongTypeError (a TypeError too) unless the caller chose a more specific class."""
+    return WrongTypeError if error is ParameterError else error
+
+
 def need_choice(name: str, value, choices: Iterable, error: type[KvlabError] = ParameterError):
     """`value` if it is one of `choices`, else an error listing them."""
     choices = list(choices)
     if value not in choices:
         raise error(f"{name} must be one of {', '.join(map(str, choices))}; got {value!r}")
     return value
+
+
+def need_list(name: str, value, what: str = "a list") -> list:
+    """`value` as a list: any iterable but a string (a single name where a list belongs would be read letter by
+    letter) or a mapping."""
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, Iterable):
+        raise WrongTypeError(f"{name} must be {what} (e.g. [...]), got {type(value).__name__} {_short(value)}")
+    return list(value)
+
+
+def need_type(name: str, value, types: type | tuple[type, ...], what: str):
+    """`value` if it is an instance of `types` (never a bool unless bool is listed), else a WrongTypeError
+    saying `what` belongs there."""
+    listed = types if isinstance(types, tuple) else (types,)
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in listed):
+        raise WrongTypeError(f"{name} must be {what}, got {type(value).__name__} {_short(value)}")
+    return value
+
+
+def _short(value, width: int = 60) -> str:
+    r = repr(value)
+    return r if len(r) <= width else r[: width - 3] + "..."

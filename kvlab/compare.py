@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from .checks import need_list, need_type
 from .engines import allocate
 from .errors import KvlabError
 from .formats import get_format
@@ -16,10 +17,12 @@ def _num(x: Fraction):
 
 def catalog_table(formats: list[str], models: list[str] | None = None) -> list[dict]:
     """Bytes per token for each model: its own storage layout, then each format applied uniformly."""
+    formats = need_list("formats", formats, "a list of format names")
     for f in formats:
         get_format(f)  # fail early on a bad name
+    models = catalog_names() if models is None else need_list("models", models, "a list of model names")
     rows = []
-    for name in models or catalog_names():
+    for name in models:
         spec = load_model(name)
         row = {"model": spec.name, "family": spec.family, "storage": _num(build_layout(spec).bytes_per_token)}
         for f in formats:
@@ -30,6 +33,7 @@ def catalog_table(formats: list[str], models: list[str] | None = None) -> list[d
 
 def countings(model: str) -> list[dict]:
     """Every way of counting one model's bytes per token: BF16, storage, vLLM exact and padded."""
+    load_model(model)  # a bad model is an error, not an empty table
     rows = []
     for label, scheme, padded in (("BF16", "bf16", False), ("storage format", "storage", False),
                                   ("vLLM, unpadded", "vllm", False), ("vLLM, pages padded", "vllm", True)):
@@ -46,6 +50,7 @@ def countings(model: str) -> list[dict]:
 
 def layer_summary(layout: Layout) -> list[dict]:
     """Runs of consecutive layers with the same role: mode, what they store, bytes per token."""
+    need_type("layout", layout, Layout, "a kvlab.layout.Layout (build_layout(model))")
     rows: list[dict] = []
     for layer in layout.layers:
         stores = ", ".join(f"{c.role} " + (f"{c.copies} x " if c.copies > 1 else "") + f"{c.entry.format_name} {c.entry.nbytes} B" + (f" /{c.ratio}" if c.ratio > 1 else "")
@@ -67,7 +72,7 @@ def session_table(model, lengths: list[int], scheme: str = "storage", kv_format=
     """Growing, bounded and total bytes of a session at several lengths."""
     a = allocate(model, scheme, kv_format)
     rows = []
-    for t in lengths:
+    for t in need_list("lengths", lengths, "a list of token counts"):
         s = a.session(t)
         rows.append({"tokens": t, "growing_bytes": s.growing, "bounded_bytes": s.bounded, "total_bytes": s.total,
                      "total_GiB": round(s.total / 2**30, 3)})

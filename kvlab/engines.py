@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .checks import cdiv, need_int
+from .checks import cdiv, need_int, need_type
 from .layout import Component, Layout, SessionBytes, build_layout, check_tokens
 
 
@@ -28,6 +28,11 @@ class Engine:
     block_tokens: int | None = None  # tokens per page (None: exact storage, no pages)
     page_align: int = 1  # each page's bytes rounded up to a multiple of this
     source: str = ""  # where the rule comes from
+
+    def __post_init__(self):
+        if self.block_tokens is not None:
+            need_int("block_tokens", self.block_tokens, 1)
+        need_int("page_align", self.page_align, 1)
 
     def rows_per_page(self, c: Component) -> int:
         """Entries one page of component c holds: block_tokens / m for growing and windowed components; a
@@ -124,9 +129,12 @@ class Allocation:
 def allocate(model, scheme: str = "storage", kv_format=None, engine: Engine | None = None) -> Allocation:
     """Build a model's layout and allocate it with `engine` (default: the one the scheme implies)."""
     layout = model if isinstance(model, Layout) else build_layout(model, scheme, kv_format)
+    if engine is not None:
+        need_type("engine", engine, Engine, "a kvlab.engines.Engine (EXACT, VLLM_DENSE, ... or paged(block_tokens))")
     return Allocation(layout, engine or engine_for(layout))
 
 
 def paged(block_tokens: int, page_align: int = 1, name: str = "paged") -> Engine:
     """A custom paged engine."""
-    return Engine(name, need_int("block_tokens", block_tokens, 1), need_int("page_align", page_align, 1))
+    return Engine(need_type("name", name, str, "a name"), need_int("block_tokens", block_tokens, 1),
+                  need_int("page_align", page_align, 1))

@@ -21,6 +21,16 @@ class ParameterError(KvlabError):
     """A bad parameter value (negative token count, unknown layout, ...)."""
 
 
+class WrongTypeError(ParameterError, TypeError):
+    """An argument of the wrong type (a list where a tensor belongs, a string where a number does); a TypeError
+    too, so `except TypeError` still catches it."""
+
+
+class RangeWarning(UserWarning):
+    """Values beyond what a number format represents, kept (saturated) as the reference implementation does; the
+    message names how much was clipped and the format that fits."""
+
+
 class ShapeError(KvlabError):
     """Tensors whose shapes do not fit together, or do not fit the cache they are written to."""
 

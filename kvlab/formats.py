@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from .checks import cdiv
+from .checks import cdiv, need_int
 from .errors import UnknownFormatError
 
 
@@ -78,10 +78,11 @@ class Format:
     # --- bytes ----------------------------------------------------------------------------
     def data_bytes(self, n: int) -> int:
         """Bytes of packed element codes for a vector of n elements (whole bytes)."""
-        return cdiv(n * self.element.bits, 8)
+        return cdiv(need_int("n", n) * self.element.bits, 8)
 
     def scales_per(self, n: int) -> int:
         """Number of per-entry scales stored with a vector of n elements."""
+        n = need_int("n", n)
         if self.scope == "block":
             return cdiv(n, self.block)
         if self.scope == "token":
@@ -112,11 +113,12 @@ class Format:
     def bits_per_element(self, n: int | None = None) -> Fraction:
         """Bits per element with per-entry scales, over n elements (default: one block, or a
         128-element vector for per-token scales); per-tensor scales are not amortized."""
-        n = n or {"block": self.block, "token": 128}.get(self.scope, 1)
+        n = {"block": self.block, "token": 128}.get(self.scope, 1) if n is None else need_int("n", n, 1)
         return Fraction(self.entry_bytes(n) * 8, n)
 
     def describe(self, n: int) -> str:
         """'512 x 4 bits / 8 + 32 x 1 B scale = 256 + 32 = 288 B' style arithmetic."""
+        n = need_int("n", n)
         data = f"{n} x {self.element.bits} bits / 8" if self.element.bits != 8 * (self.element.bits // 8) \
             else f"{n} x {self.element.bits // 8} B"
         if self.scale_bytes(n) == 0:
@@ -171,7 +173,8 @@ def get_format(name: str | Format) -> Format:
     if isinstance(name, Format):
         return name
     if not isinstance(name, str):
-        raise UnknownFormatError(f"format must be a name, got {type(name).__name__}")
+        raise UnknownFormatError(f"format must be a format name (str) or a kvlab.formats.Format, "
+                                 f"got {type(name).__name__} {name!r:.40}")
     key = name.strip().lower()
     key = ALIASES.get(key, key)
     if key in FORMATS:
@@ -180,7 +183,9 @@ def get_format(name: str | Format) -> Format:
     if m:
         base = FORMATS.get(ALIASES.get(m["base"], m["base"]))
         block = int(m["block"])
-        if base is not None and block >= 1 and base.element.kind != "pow2":
+        if base is not None and block < 1:
+            raise UnknownFormatError(f"format {name!r}: the block (group) size after _g / _b must be >= 1")
+        if base is not None and base.element.kind != "pow2":
             scale = ELEMENTS[m["scale"]] if m["scale"] else (base.scale or FP32)
             return replace(base, name=key, scope="block", block=block, scale=scale,
                            description=f"{base.element.name} with one {scale.name} scale per {block}"
@@ -195,7 +200,17 @@ def list_formats() -> list[Format]:
 
 
 def dtype_format(torch_dtype: str | None) -> Format:
-    """The unscaled format of a config's `torch_dtype` (the weights' and KV cache's default)."""
+    """The unscaled format of a config's `torch_dtype` (the weights' and KV cache's default): float32, bfloat16 or
+    float16 (or their short names); any other dtype is refused with the field named, since a KV cache in it
+    would need scales the config does not describe (choose a kv_format instead)."""
     if torch_dtype in (None, "auto"):
         return FORMATS["bf16"]
-    return get_format(str(torch_dtype).replace("torch.", ""))
+    key = str(torch_dtype).strip().lower().replace("torch.", "")
+    fmt = FORMATS.get(ALIASES.get(key, key))
+    if fmt is None or fmt.scope != "none":
+        plain = [n for n, f in FORMATS.items() if f.scope == "none"]
+        names = [a for a, n in ALIASES.items() if n in plain]
+        raise UnknownFormatError(
+            f"torch_dtype {torch_dtype!r} (the config's field) is not a dtype kvlab stores a KV cache in; known: "
+            f"{', '.join(names + plain)} (or pass kv_format, e.g. fp8_e4m3 or nvfp4)")
+    return fmt

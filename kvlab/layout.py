@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .checks import cdiv, need_choice, need_int
-from .errors import ParameterError
+from .errors import ConfigError, ParameterError, UnknownFormatError
 from .formats import Format, dtype_format, get_format
 from .models import ModelSpec, load_model
 
@@ -306,7 +306,7 @@ def _entry(spec: ModelSpec, family: str, scheme: str, role: str, dims: dict[str,
     for part, fname in recipe[role]:
         n = sum(dims.values()) if part == "all" else dims[part]
         parts.append(Part(role if part == "all" else part, n,
-                          dtype_format(spec.torch_dtype) if fname is None else get_format(fname)))
+                          _dtype_format(spec) if fname is None else get_format(fname)))
     return Entry(tuple(parts), ALIGN.get((family, role), 1) if kv_format is None else 1)
 
 
@@ -392,6 +392,14 @@ def _layer_plans(spec: ModelSpec, base: dict, per_layer: dict | None) -> tuple[K
     return tuple(plans)
 
 
+def _dtype_format(spec: ModelSpec) -> Format:
+    """The checkpoint dtype's format, or a ConfigError naming the model and the field."""
+    try:
+        return dtype_format(spec.torch_dtype)
+    except UnknownFormatError as e:
+        raise ConfigError(f"{spec.name}: {e}") from None
+
+
 def build_layout(model: str | ModelSpec, scheme: str = "storage", kv_format: str | Format | None = None, *,
                  k_format: str | Format | None = None, v_format: str | Format | None = None, residual: int = 0,
                  block: int = 1, key_axis: str = "token", value_axis: str = "token",
@@ -451,7 +459,7 @@ def _split(spec: ModelSpec, role: str, stored: Entry, elements: int, copies: int
     if plan.residual == 0 and block == 1:
         return (Component(role, stored, copies, window=window),)
     res = Residual(plan.residual, block)
-    waiting = Entry((Part(role, elements, dtype_format(spec.torch_dtype)),))
+    waiting = Entry((Part(role, elements, _dtype_format(spec)),))
     return (Component(role, stored, copies, window=window, group=group, residual=res),
             Component(f"{role}_residual", waiting, copies, window=window, residual=res, pending=True))
 

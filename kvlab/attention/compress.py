@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..checks import need_int
-from .checks import AttentionShapeError, SelectionError, need_dims, same
+from .checks import AttentionShapeError, SelectionError, need_dims, need_real, same
 from .rope import apply_rope, rms_norm
 
 
@@ -51,6 +51,9 @@ def pool_keys(x: torch.Tensor, m: int, overlap: bool = False) -> torch.Tensor:
     """Weight-free compression of given keys or values [B, (H,) T, d] with a uniform gate (mean pooling
     over m, or over 2m overlapping tokens): [B, (H,) T // m, d]. A partial last window is left out."""
     m = need_int("compression ratio m", m, 1, error=SelectionError)
+    need_real("x", x, "[B, (H,) T, d]")
+    if x.dim() < 3:
+        raise AttentionShapeError(f"x must be [B, (H,) T, d] (3 or 4 dims), got shape {tuple(x.shape)}")
     shape = x.shape
     flat = x.reshape(-1, shape[-2], shape[-1])  # [B*H, T, d]
     n = flat.shape[1] // m * m

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checks import need_int
+from ..checks import need_int, need_list
 from ..formats import get_format
 from ..quant.metrics import cosine, rel_error
 from ..quant.roundtrip import roundtrip
@@ -248,6 +248,8 @@ def run_mla(setup: EvalSetup, tokens: int, seed: int = 0, fmt: str = "bf16", ran
 def accuracy_table(mechanisms, formats, tokens: int, setup: EvalSetup | None = None, seeds=(0,)) -> list[dict]:
     """Rows of `run` for every mechanism x format, averaged over seeds."""
     setup = setup or EvalSetup()
+    mechanisms = need_list("mechanisms", mechanisms, "a list of mechanism names")
+    formats = need_list("formats", formats, "a list of format names")
     rows = []
     for mech in mechanisms:
         for fmt in formats:
@@ -264,6 +266,8 @@ def accuracy_table(mechanisms, formats, tokens: int, setup: EvalSetup | None = N
 def needle_sweep(mechanism: str, fmt: str, lengths, depths, setup: EvalSetup | None = None, seeds=(0,)):
     """Needle retrieval [len(depths), len(lengths)]: mean cosine of output and needle value."""
     setup = setup or EvalSetup()
+    lengths = need_list("lengths", lengths, "a list of context lengths")
+    depths = need_list("depths", depths, "a list of depths in [0, 1]")
     out = torch.zeros(len(depths), len(lengths))  # [depths, lengths]
     for i, d in enumerate(depths):
         for j, t in enumerate(lengths):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..checks import cdiv
+from ..checks import cdiv, need_choice, need_int, need_list
 from ..models import ModelSpec, load_model
 from .checks import SelectionError
 from .sharing import model_plan
@@ -80,8 +80,7 @@ def decode_flops(model: str | ModelSpec, tokens: int, dense: bool = False, cap: 
     spec = load_model(model)
     if cap not in CAPS:
         raise SelectionError(f"unknown cap scenario {cap!r}; choose one of {', '.join(CAPS)}")
-    if tokens < 1:
-        raise SelectionError(f"tokens must be >= 1, got {tokens}")
+    tokens = need_int("tokens", tokens, 1, error=SelectionError)
     plan = model_plan(spec)
     H, D, h = spec.num_heads, spec.head_dim, spec.hidden_size
     hi, di, W = spec.index_n_heads, spec.index_head_dim, spec.sliding_window
@@ -120,6 +119,7 @@ def decode_flops(model: str | ModelSpec, tokens: int, dense: bool = False, cap: 
 
 def growth(model: str | ModelSpec, lo: int = 4096, hi: int = 1 << 20, part: str = "total", **kw) -> float:
     """decode_flops(hi) / decode_flops(lo) for `part` ("total" or "context")."""
+    need_choice("part", part, ("total", "context"), error=SelectionError)
     a, b = decode_flops(model, lo, **kw), decode_flops(model, hi, **kw)
     return getattr(b, part) / getattr(a, part)
 
@@ -137,6 +137,7 @@ LAYOUTS = {
 def flops_table(lengths, layouts: dict | None = None) -> list[dict]:
     """One row per (layout, context length): FLOPs of one decode token by part."""
     rows = []
+    lengths = need_list("lengths", lengths, "a list of context lengths")
     for label, (model, dense, cap) in (layouts or LAYOUTS).items():
         for t in lengths:
             f = decode_flops(model, int(t), dense=dense, cap=cap)

@@ -12,8 +12,10 @@ import math
 
 import torch
 
-from ..checks import cdiv, need_int
-from .checks import SelectionError, need_dims, same
+from ..checks import cdiv, need_int, need_type
+from ..errors import WrongTypeError
+from .checks import (AttentionShapeError, SelectionError, need_dims, need_index, need_mask, need_scale, need_sinks,
+                     no_empty_rows, same)
 
 
 def index_scores(q_idx: torch.Tensor, weights: torch.Tensor, k_idx: torch.Tensor) -> torch.Tensor:
@@ -23,6 +25,9 @@ def index_scores(q_idx: torch.Tensor, weights: torch.Tensor, k_idx: torch.Tensor
     need_dims("index keys", k_idx, 3, "[B, N, D_I]")
     same("index query width", q_idx.shape[-1], "index key width", k_idx.shape[-1])
     same("index weights heads", weights.shape[-1], "index query heads", q_idx.shape[2])
+    same("index weights queries", weights.shape[1], "index queries", q_idx.shape[1])
+    same("index weights batch", weights.shape[0], "index queries batch", q_idx.shape[0])
+    same("index keys batch", k_idx.shape[0], "index queries batch", q_idx.shape[0])
     h, d = q_idx.shape[2], q_idx.shape[3]
     s = torch.relu(torch.matmul(q_idx.float(), k_idx.float().unsqueeze(1).transpose(-1, -2)))  # [B, S, H, N]
     w = weights.float() / (math.sqrt(h) * math.sqrt(d))  # [B, S, H]
@@ -32,10 +37,12 @@ def index_scores(q_idx: torch.Tensor, weights: torch.Tensor, k_idx: torch.Tensor
 def select_topk(scores: torch.Tensor, k: int, valid: torch.Tensor | None = None) -> torch.Tensor:
     """Indices [..., k] of the k best positions; positions not `valid` are never chosen (-1 when a row
     has fewer than k valid ones). A k larger than the pool is an error."""
+    need_type("scores", scores, torch.Tensor, "a tensor [..., N]")
     k = need_int("top-k", k, 1, error=SelectionError)
     if k > scores.shape[-1]:
         raise SelectionError(f"top-k = {k} is larger than the pool of {scores.shape[-1]} positions")
     if valid is not None:
+        need_mask("valid", valid, tuple(scores.shape), "[..., N]", "True = may be chosen")
         scores = scores.masked_fill(~valid, float("-inf"))
     v, idx = scores.sort(dim=-1, descending=True, stable=True)  # ties (ReLU zeros) go to the earlier position
     v, idx = v[..., :k], idx[..., :k]
@@ -45,6 +52,7 @@ def select_topk(scores: torch.Tensor, k: int, valid: torch.Tensor | None = None)
 def candidate_pool(scores: torch.Tensor, blocks: int, block_size: int) -> torch.Tensor:
     """Positions [..., <= blocks * block_size] of the `blocks` best blocks of `block_size` consecutive
     positions, a block scored by its best position (ascending; -1 pads a partial last block)."""
+    need_type("scores", scores, torch.Tensor, "a tensor [..., N]")
     blocks = need_int("candidate blocks", blocks, 1, error=SelectionError)
     block_size = need_int("candidate block size", block_size, 1, error=SelectionError)
     n = scores.shape[-1]
@@ -68,12 +76,9 @@ def sparse_attention(q, k, v, idx, scale: float | None = None, sinks: torch.Tens
                      extra: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None) -> torch.Tensor:
     """Attention of q [B, H, S, D] over the positions idx [B, S, k] of k, v [B, Hkv, N, D(v)],
     optionally also over `extra` = (k2, v2 [B, Hkv, M, D], mask [S, M] or [B, S, M] or None), e.g. a
-    sliding window. -1 entries of idx are skipped. Returns [B, H, S, Dv]."""
-    need_dims("q", q, 4, "[B, H, S, D]")
-    need_dims("k", k, 4, "[B, Hkv, N, D]")
-    need_dims("idx", idx, 3, "[B, S, k]")
-    same("idx queries", idx.shape[1], "q length", q.shape[2])
-    same("q head_dim", q.shape[-1], "k head_dim", k.shape[-1])
+    sliding window. -1 entries of idx are skipped. Returns [B, H, S, Dv]. Batches must match exactly (one
+    sequence's indices never serve another's queries); every query must see a position unless a sink is given."""
+    _check_sparse(q, k, v, idx, scale, sinks, extra)
     b, heads, s, d = q.shape
     hkv, k_n = k.shape[1], idx.shape[2]
     scale = scale if scale is not None else 1 / math.sqrt(d)
@@ -97,3 +102,48 @@ def sparse_attention(q, k, v, idx, scale: float | None = None, sinks: torch.Tens
         m = extra[0].shape[2]
         out = out + torch.matmul(pg[..., k_n:k_n + m], extra[1].float()[:, :, None])  # + [B, Hkv, G, S, Dv]
     return out.reshape(b, heads, s, -1)  # [B, H, S, Dv]
+
+
+def _check_sparse(q, k, v, idx, scale, sinks, extra) -> None:
+    need_dims("q", q, 4, "[B, H, S, D]")
+    need_dims("k", k, 4, "[B, Hkv, N, D]")
+    need_dims("v", v, 4, "[B, Hkv, N, Dv]")
+    need_type("idx", idx, torch.Tensor, "an integer tensor [B, S, k]")
+    if idx.dim() != 3:
+        raise AttentionShapeError(f"idx must be [B, S, k] (3 dims), got shape {tuple(idx.shape)}")
+    same("q batch", q.shape[0], "k batch", k.shape[0])
+    same("v batch", v.shape[0], "k batch", k.shape[0])
+    same("idx batch", idx.shape[0], "q batch", q.shape[0])
+    same("idx queries", idx.shape[1], "q length", q.shape[2])
+    same("q head_dim", q.shape[-1], "k head_dim", k.shape[-1])
+    same("k heads", k.shape[1], "v heads", v.shape[1])
+    same("k length", k.shape[2], "v length", v.shape[2])
+    if q.shape[1] % k.shape[1]:
+        raise AttentionShapeError(f"q heads = {q.shape[1]} is not a multiple of kv heads = {k.shape[1]}")
+    need_index("idx", idx, k.shape[2], "[B, S, k]")
+    need_scale(scale)
+    if sinks is not None:
+        need_sinks(sinks, q.shape[1])
+    seen = idx >= 0  # [B, S, k] positions each query sees
+    if extra is not None:
+        if not isinstance(extra, tuple) or len(extra) != 3:
+            raise WrongTypeError("extra must be a tuple (k2, v2, mask or None)")
+        k2, v2, m2 = extra
+        need_dims("extra keys", k2, 4, "[B, Hkv, M, D]")
+        need_dims("extra values", v2, 4, "[B, Hkv, M, Dv]")
+        for name, t in (("extra keys", k2), ("extra values", v2)):
+            same(f"{name} batch", t.shape[0], "q batch", q.shape[0])
+            same(f"{name} heads", t.shape[1], "kv heads", k.shape[1])
+        same("extra keys length", k2.shape[2], "extra values length", v2.shape[2])
+        same("extra keys head_dim", k2.shape[-1], "q head_dim", q.shape[-1])
+        same("extra values width", v2.shape[-1], "v width", v.shape[-1])
+        m = k2.shape[2]
+        if m2 is None:
+            seen = torch.cat([seen, seen.new_ones(*seen.shape[:2], m)], -1)
+        else:
+            need_mask("extra mask", m2, (q.shape[0], q.shape[2], m), "[S, M] or [B, S, M]", "True = may attend")
+            if m2.dim() > 3:
+                raise AttentionShapeError(f"extra mask must be [S, M] or [B, S, M], got shape {tuple(m2.shape)}")
+            seen = torch.cat([seen, m2.expand(q.shape[0], q.shape[2], m)], -1)
+    if sinks is None:
+        no_empty_rows("idx (with extra)" if extra is not None else "idx", seen)

@@ -4,9 +4,21 @@ from __future__ import annotations
 
 import torch
 
+from ..checks import need_int, need_number
+from .checks import need_index, need_real, same
+
+
+def _same_shape(name_a: str, a: torch.Tensor, name_b: str, b: torch.Tensor) -> None:
+    if tuple(a.shape) != tuple(b.shape):
+        same(f"{name_a} shape", tuple(a.shape), f"{name_b} shape", tuple(b.shape))
+
 
 def kl(p: torch.Tensor, q: torch.Tensor, eps: float = 1e-12) -> float:
     """Mean KL(p || q) over rows of distributions along the last dim (q's zeros floored at eps)."""
+    need_real("p", p, "[..., T]")
+    need_real("q", q, "[..., T]")
+    _same_shape("p", p, "q", q)
+    need_number("eps", eps, 0.0, lo_open=True)
     p = p.float() / p.float().sum(-1, keepdim=True)
     q = q.float().clamp_min(0)
     q = q / q.sum(-1, keepdim=True)
@@ -16,12 +28,17 @@ def kl(p: torch.Tensor, q: torch.Tensor, eps: float = 1e-12) -> float:
 
 def logits_kl(ref_logits: torch.Tensor, logits: torch.Tensor) -> float:
     """Mean KL(softmax(ref) || softmax(logits)) over rows (next-token distributions)."""
+    need_real("ref_logits", ref_logits, "[..., V]")
+    need_real("logits", logits, "[..., V]")
+    _same_shape("ref_logits", ref_logits, "logits", logits)
     lp, lq = torch.log_softmax(ref_logits.float(), -1), torch.log_softmax(logits.float(), -1)  # [..., V] each
     return float((lp.exp() * (lp - lq)).sum(-1).mean())
 
 
 def recall_at_k(selected: torch.Tensor, probs: torch.Tensor, k: int) -> float:
     """|selected & topk(true attention)| / k, averaged over rows; selected [..., k'] indices, probs [..., T]."""
+    k = need_int("k", k, 1)
+    _selection(selected, probs)
     true = probs.topk(min(k, probs.shape[-1]), dim=-1).indices  # [..., k]
     hit = (selected[..., :, None] == true[..., None, :]).any(-2).float()  # [..., k]
     return float(hit.sum(-1).mean() / true.shape[-1])
@@ -29,5 +46,14 @@ def recall_at_k(selected: torch.Tensor, probs: torch.Tensor, k: int) -> float:
 
 def mass_covered(selected: torch.Tensor, probs: torch.Tensor) -> float:
     """Attention mass (of the dense distribution) that the selected positions hold, averaged over rows."""
+    _selection(selected, probs)
     p = probs.float() / probs.float().sum(-1, keepdim=True)  # [..., T]
     return float(p.gather(-1, selected.clamp_min(0)).mul((selected >= 0).float()).sum(-1).mean())
+
+
+def _selection(selected, probs) -> None:
+    """selected [..., k] integer positions of probs [..., T] (-1 = none), with the same leading dims."""
+    need_real("probs", probs, "[..., T]")
+    need_index("selected", selected, probs.shape[-1], "[..., k]")
+    if tuple(selected.shape[:-1]) != tuple(probs.shape[:-1]):
+        same("selected leading dims", tuple(selected.shape[:-1]), "probs leading dims", tuple(probs.shape[:-1]))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..cache.store import KVStore
+from ..checks import need_int
 from .checks import AttentionShapeError, need_dims, same
 from .dense import causal_mask, dense_attention
 
@@ -24,6 +25,14 @@ class MLAWeights:
     wkv_b: torch.Tensor  # [H, d_nope + d_v, r]: rows :d_nope give K (W_uk), the rest V (W_uv)
     d_nope: int  # per-head non-RoPE key dims
     d_rope: int  # decoupled RoPE key dims (shared by all heads)
+
+    def __post_init__(self):
+        need_dims("wkv_b", self.wkv_b, 3, "[H, d_nope + d_v, r]")
+        self.d_nope = need_int("d_nope", self.d_nope, 1)
+        self.d_rope = need_int("d_rope", self.d_rope, 0)
+        if 0 in self.wkv_b.shape or self.wkv_b.shape[1] <= self.d_nope:
+            raise AttentionShapeError(f"wkv_b {tuple(self.wkv_b.shape)} must hold d_nope = {self.d_nope} key rows "
+                                      "plus at least one value row per head, for at least one head and rank 1")
 
     @property
     def heads(self) -> int:
@@ -43,7 +52,8 @@ class MLAWeights:
 
     @classmethod
     def random(cls, heads: int, rank: int, d_nope: int, d_rope: int, d_v: int, seed: int = 0) -> "MLAWeights":
-        g = torch.Generator().manual_seed(seed)
+        heads, rank, d_v = (need_int(n, v, 1) for n, v in (("heads", heads), ("rank", rank), ("d_v", d_v)))
+        g = torch.Generator().manual_seed(need_int("seed", seed, 0))
         wkv_b = torch.randn(heads, d_nope + d_v, rank, generator=g) / math.sqrt(rank)  # [H, dn + dv, r]
         return cls(wkv_b, d_nope, d_rope)
 

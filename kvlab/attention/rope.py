@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import torch
 
+from ..checks import need_int, need_number
+from .checks import AttentionShapeError, need_real
+
 
 def rope_angles(positions: torch.Tensor, rope_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [..., rope_dim // 2] for integer positions [...]."""
@@ -18,8 +21,19 @@ def rope_angles(positions: torch.Tensor, rope_dim: int, theta: float) -> tuple[t
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, rope_dim: int, theta: float = 10000.0,
                inverse: bool = False) -> torch.Tensor:
     """Rotate the last `rope_dim` channels of x [B, (H,) S, D] by positions [S] (or [B, S])."""
+    need_real("x", x, "[B, (H,) S, D]")
+    rope_dim = need_int("rope_dim", rope_dim, 0)
+    need_number("theta", theta, 0.0, lo_open=True)
     if rope_dim == 0:
         return x
+    if rope_dim % 2 or rope_dim > x.shape[-1]:
+        raise AttentionShapeError(f"rope_dim must be even (rotated in pairs) and at most the head width "
+                                  f"{x.shape[-1]}, got {rope_dim}")
+    need_real("positions", positions, "[S] or [B, S]")
+    if x.dim() < 2 or positions.dim() not in (1, 2) or positions.shape[-1] != x.shape[-2] or (
+            positions.dim() == 2 and positions.shape[0] != x.shape[0]):
+        raise AttentionShapeError(f"positions {tuple(positions.shape)} must be [S] or [B, S] for x "
+                                  f"{tuple(x.shape)} [B, (H,) S, D]")
     cos, sin = rope_angles(positions, rope_dim, theta)  # [S, r/2]
     if inverse:
         sin = -sin
@@ -33,5 +47,6 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, rope_dim: int, theta: f
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm over the last dim (float32 math)."""
+    need_number("eps", eps, 0.0, lo_open=True)
     y = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)  # [..., D]
     return (y * weight if weight is not None else y).to(x.dtype)

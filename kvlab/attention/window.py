@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..checks import need_int
+from ..checks import need_int, need_number
 from .checks import SelectionError, need_dims
 from .dense import causal_mask, dense_attention
 
@@ -31,6 +31,8 @@ def window_attention(q, k, v, window: int, sink_tokens: int = 0, scale: float | 
 def window_positions(tokens: int, window: int, sink_tokens: int = 0) -> torch.Tensor:
     """Positions a decode query at position tokens-1 sees: sinks then the last `window` (ascending)."""
     window = need_int("window", window, 1, error=SelectionError)
+    tokens = need_int("tokens", tokens, 0, error=SelectionError)
+    sink_tokens = need_int("sink_tokens", sink_tokens, 0, error=SelectionError)
     lo = max(0, tokens - window)
     return torch.cat([torch.arange(min(sink_tokens, lo)), torch.arange(lo, tokens)])  # [sinks + W]
 
@@ -58,8 +60,7 @@ class WindowState:
 
     def __post_init__(self):
         self.window = need_int("window", self.window, 1, error=SelectionError)
-        if not self.ttl >= 0:
-            raise SelectionError(f"ttl must be >= 0 seconds, got {self.ttl!r}")
+        self.ttl = need_number("ttl", self.ttl, 0.0, finite=False, error=SelectionError)  # inf: never expires
 
     def offload(self, now: float) -> None:
         """Move the state to host memory (pinned CPU tensors when a GPU holds them)."""

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checks import cdiv
+from ..checks import cdiv, need_int, need_type
 from ..engines import EXACT, Engine, allocate
-from ..errors import ParameterError
+from ..errors import ParameterError, WrongTypeError
 from ..layout import Component, Layout, build_layout, check_tokens
-from .memory import storage_bytes
+from .memory import check_fits, resolve_device, storage_bytes
 from .store import KVStore, TailStore, store_for
 
 
@@ -43,8 +43,10 @@ class KVCache:
 
     def __init__(self, layout: Layout | str, engine: Engine | None = None, device: str | torch.device = "cpu"):
         self.layout = layout if isinstance(layout, Layout) else build_layout(layout)
+        if engine is not None:
+            need_type("engine", engine, Engine, "a kvlab.engines.Engine (EXACT, VLLM_DENSE, ... or paged(block_tokens))")
         self.engine = engine or EXACT  # exact storage unless a paged engine is given
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.tokens = 0  # tokens appended so far
         self.slots: list[Slot] = []
         self.stores: dict[tuple[int, str], KVStore] = {}
@@ -63,13 +65,24 @@ class KVCache:
     def for_model(cls, model, scheme: str = "storage", kv_format=None, paged: bool | Engine = False,
                   device="cpu") -> KVCache:
         """A cache for a catalog model / config: exact storage, or paged=True for the scheme's engine."""
+        need_type("paged", paged, (bool, Engine), "True, False or a kvlab.engines.Engine")
         a = allocate(model, scheme, kv_format)
         engine = paged if isinstance(paged, Engine) else (a.engine if paged else EXACT)
         return cls(a.layout, engine, device)
 
     # --- inputs ---------------------------------------------------------------------------------
+    def _layer(self, layer) -> int:
+        """A layer index of this layout, or an error naming how many layers it has."""
+        n = len(self.layout.layers)
+        layer = need_int("layer", layer, None)
+        if not 0 <= layer < n:
+            raise ParameterError(f"layer {layer} is out of range: {self.layout.model.name} has {n} layers "
+                                 f"(0 to {n - 1})")
+        return layer
+
     def input_shapes(self, layer: int) -> dict[str, tuple[int, int]]:
         """Per-token inputs a layer takes: key -> (copies, elements). Tails are derived, not given."""
+        layer = self._layer(layer)
         return {s.key: (s.component.copies, s.component.entry.elements)
                 for s in self.slots if s.layer == layer and s.component.tail_of is None}
 
@@ -86,14 +99,21 @@ class KVCache:
     # --- appending ------------------------------------------------------------------------------
     def append(self, inputs: dict[int, dict[str, torch.Tensor]]) -> None:
         """Append n tokens: inputs[layer][key] is float [n, copies, elements] for every input of every layer."""
+        need_type("inputs", inputs, dict, "a dict {layer: {key: float tensor [n, copies, elements]}} "
+                  "(see input_shapes / random_inputs)")
+        extra = [k for k in inputs if not (isinstance(k, int) and 0 <= k < len(self.layout.layers))]
+        if extra:
+            raise ParameterError(f"inputs name layer {extra[0]!r}, but {self.layout.model.name} has "
+                                 f"{len(self.layout.layers)} layers (0 to {len(self.layout.layers) - 1})")
         n = None
         for layer in self.layout.layers:
             shapes = self.input_shapes(layer.index)
             got = inputs.get(layer.index, {})
+            need_type(f"inputs[{layer.index}]", got, dict, "a dict {key: tensor}")
             if set(got) != set(shapes):
                 raise ParameterError(f"layer {layer.index}: inputs must be {sorted(shapes)}, got {sorted(got)}")
             for k, (c, e) in shapes.items():
-                x = got[k]
+                x = _real_tensor(f"inputs[{layer.index}][{k!r}]", got[k])
                 if x.dim() != 3 or tuple(x.shape[1:]) != (c, e):
                     raise ParameterError(f"layer {layer.index} {k}: expected [n, {c}, {e}], got {list(x.shape)}")
                 if n is None:
@@ -119,8 +139,14 @@ class KVCache:
         self.tokens += n
 
     def append_random(self, n: int, seed: int = 0) -> None:
-        """Append n tokens of seeded random content."""
-        g = torch.Generator().manual_seed(seed + self.tokens)
+        """Append n tokens of seeded random content (refused before allocating when it would not fit)."""
+        n = need_int("n", n, 0)
+        seed = need_int("seed", seed, 0, SEED_MAX)
+        inputs = n * sum(4 * s.component.copies * s.component.entry.elements for s in self.slots
+                         if s.component.tail_of is None)  # the float32 random inputs
+        grow = self._allocated(self.tokens + n) - self._allocated(self.tokens)
+        check_fits(inputs + grow, self.device, f"appending {n:,} tokens to {self.layout.model.name}")
+        g = torch.Generator().manual_seed((seed + self.tokens) % (SEED_MAX + 1))
         self.append(self.random_inputs(n, g))
 
     def _append_compressed(self, s: Slot, x: torch.Tensor) -> None:
@@ -157,8 +183,11 @@ class KVCache:
         Each store quantizes `pool` random entries once and tiles their bytes over every row it
         holds: the bytes held are exactly those of a cache that saw `tokens` tokens."""
         tokens = check_tokens(tokens)
+        seed = need_int("seed", seed, 0, SEED_MAX)
+        pool = need_int("pool", pool, 1)
         if self.tokens:
             raise ParameterError("fill() builds a cache from empty; this one already holds tokens")
+        check_fits(self._allocated(tokens), self.device, f"{self.layout.model.name} at {tokens:,} tokens")
         g = torch.Generator().manual_seed(seed)
         for s in self.slots:
             self.stores[(s.layer, s.key)].fill(tokens, g, pool)
@@ -169,14 +198,17 @@ class KVCache:
         """Entries of a component, oldest first, dequantized: float32 [entries, copies, elements].
 
         A layer that reuses another's cache reads its source layer's entries."""
+        layer = self._layer(layer)
         st = self.stores.get((layer, key))
         if st is None:
-            src = self.layout.layers[layer].source if 0 <= layer < len(self.layout.layers) else None
+            src = self.layout.layers[layer].source
             if src is not None and (src, key) in self.stores:
                 st = self.stores[(src, key)]
             else:
-                raise ParameterError(f"layer {layer} stores no {key!r} (it has "
-                                     f"{[s.key for s in self.slots if s.layer == layer]})")
+                has = [s.key for s in self.slots if s.layer == layer]
+                raise ParameterError(f"layer {layer} stores no {key!r} (it has {has or 'nothing'}"
+                                     + (f"; it reads layer {src}'s: {[s.key for s in self.slots if s.layer == src]}"
+                                        if src is not None else "") + ")")
         return st.read()
 
     # --- bytes ------------------------------------------------------------------------------------
@@ -192,6 +224,24 @@ class KVCache:
                 out += st.scale_tensors()
         return out
 
+    def _allocated(self, tokens: int) -> int:
+        """Bytes the engine allocates for this layout after `tokens` tokens (the check before allocating)."""
+        return allocate(self.layout, engine=self.engine).session(tokens).total
+
     def held_bytes(self, grows: bool | None = None) -> int:
         """Bytes the cache's tensors hold (storage bytes, deduplicated by data pointer)."""
         return storage_bytes(self.tensors(grows))
+
+
+SEED_MAX = 2**63 - 1  # torch.Generator.manual_seed takes a 64-bit seed
+
+
+def _real_tensor(name: str, x) -> torch.Tensor:
+    """A real floating (or integer) tensor; complex values would lose their imaginary part, lists have no shape."""
+    need_type(name, x, torch.Tensor, "a float tensor [n, copies, elements]")
+    if x.is_complex():
+        raise WrongTypeError(f"{name} is complex ({x.dtype}); the cache stores real values and would drop the "
+                             "imaginary part: store x.real and x.imag as separate inputs")
+    if x.dtype == torch.bool:
+        raise WrongTypeError(f"{name} is a bool tensor; the cache stores real values (float tensors)")
+    return x

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import ParameterError
+from ..errors import ParameterError, WrongTypeError
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -41,17 +41,33 @@ class MemoryRecord:
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
-    """'auto' -> cuda when available, else cpu; unknown or unavailable devices raise."""
+    """'auto' -> cuda when available, else cpu; 'cpu', 'cuda' or 'cuda:N' (N below the device count). Anything
+    else (a malformed name such as 'cpu:xyz', another device type, a CUDA device this machine lacks) raises."""
+    if not isinstance(device, (str, torch.device)):
+        raise WrongTypeError(f"device must be a name (auto, cpu, cuda, cuda:N) or a torch.device, got "
+                             f"{type(device).__name__} {device!r}")
     name = str(device)
     kind = name.split(":")[0]
     if kind not in DEVICES:
-        raise ParameterError(f"unknown device {name!r}; choose one of {', '.join(DEVICES)}")
+        raise ParameterError(f"unknown device {name!r}; choose one of {', '.join(DEVICES)} (or cuda:N)")
     if kind == "auto":
+        if name != "auto":
+            raise ParameterError(f"unknown device {name!r}; 'auto' takes no index")
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ParameterError("device 'cuda' requested but torch sees no CUDA device (this torch build: "
-                             f"{torch.__version__}); use --device cpu or auto")
-    return torch.device(name)
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise ParameterError(f"malformed device {name!r}; choose one of {', '.join(DEVICES)} or cuda:N "
+                             "(N a GPU index)") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ParameterError(f"device {name!r} requested but torch sees no CUDA device (this torch build: "
+                                 f"{torch.__version__}); use --device cpu or auto")
+        n = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= n:
+            raise ParameterError(f"device {name!r} requested but torch sees {n} CUDA device(s) (cuda:0 to "
+                                 f"cuda:{n - 1})")
+    return dev
 
 
 def device_name(device: torch.device) -> str:

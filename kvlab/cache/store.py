@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..checks import cdiv, need_int
+from ..checks import cdiv, need_int, need_type
 from ..engines import EXACT, Engine
-from ..errors import CacheFormatError, ParameterError, ShapeError
+from ..errors import CacheFormatError, ParameterError, ShapeError, WrongTypeError
 from ..formats import Format, get_format
 from ..layout import Component, Entry, Part
 from . import codec
-from .memory import storage_bytes
+from .memory import resolve_device, storage_bytes
 
 
 @dataclass
@@ -103,7 +103,8 @@ class KVStore(ABC):
     buf: RowBuffer = field(init=False, repr=False)  # the rows
 
     def __post_init__(self):
-        self.device = torch.device(self.device)
+        self.device = resolve_device(self.device)
+        need_type("engine", self.engine, Engine, "a kvlab.engines.Engine")
         self._check(self.component)
         self.reset()
 
@@ -211,9 +212,12 @@ class KVStore(ABC):
     # --- bytes in, bytes out ------------------------------------------------------------------------------
     def _check_values(self, x: torch.Tensor) -> None:
         c = self.component
-        if not isinstance(x, torch.Tensor) or x.dim() != 3:
-            raise ShapeError(f"{c.key} values must be a tensor [n, copies, elements], got "
-                             f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+        need_type(f"{c.key} values", x, torch.Tensor, "a float tensor [n, copies, elements]")
+        if x.is_complex() or x.dtype == torch.bool:
+            raise WrongTypeError(f"{c.key} values are {x.dtype}; the store holds real values (a complex tensor "
+                                 "would lose its imaginary part): pass a float tensor")
+        if x.dim() != 3:
+            raise ShapeError(f"{c.key} values must be a tensor [n, copies, elements], got {tuple(x.shape)}")
         if x.shape[-1] != c.entry.elements:
             raise ShapeError(f"{c.key} entries have width {x.shape[-1]}, the store holds {c.entry.elements}")
         if x.shape[1] != c.copies:
@@ -250,6 +254,8 @@ class KVStore(ABC):
         """The state after `tokens` tokens of random content, from empty: `pool` seeded random vectors are
         quantized once and their bytes tiled over every row held (the bytes are exactly those of a store
         that saw `tokens` tokens)."""
+        tokens, pool = need_int("tokens", tokens, 0), need_int("pool", pool, 1)
+        need_type("generator", generator, torch.Generator, "a torch.Generator")
         if self.tokens:
             raise ParameterError("fill() builds a store from empty; this one already holds tokens")
         self.advance(tokens)

@@ -33,6 +33,9 @@ def main(argv=None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:  # Ctrl-C outside a batch run (which reports its own partial folder)
+        print("kvlab: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -4,18 +4,28 @@ from __future__ import annotations
 import ast
 import sys
 
+from .args import parse_count
+
 
 def _param_value(s: str):
+    """A parameter's value: a count as people write it (1,000,000), else a Python literal, else the text."""
+    if "," in s and parse_count(s) is not None:  # 1,000,000 is a count, not the tuple (1, 0, 0)
+        return parse_count(s)
     try:
         return ast.literal_eval(s)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):  # not a Python literal: the text
         return s
 
 
 def cmd_run(args):
-    from ..nb.runner import run_notebooks, summary_table
+    from ..nb.runner import RunInterrupted, run_notebooks, summary_table
     params = {k: _param_value(v) for k, v in (args.param or [])}
-    run_dir, runs = run_notebooks(args.notebooks, params, args.out, log=lambda m: print(m, file=sys.stderr))
+    try:
+        run_dir, runs = run_notebooks(args.notebooks, params, args.out, log=lambda m: print(m, file=sys.stderr))
+    except RunInterrupted as e:
+        print(f"kvlab: interrupted ({e.signal_name}): {e.run_dir} holds a partial run, marked interrupted",
+              file=sys.stderr)
+        return 130
     print(summary_table(runs))
     print(f"results: {run_dir / 'results.json'}")
     failed = [r.name for r in runs if r.status != "ok"]

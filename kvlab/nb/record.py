@@ -11,7 +11,10 @@ import math
 from fractions import Fraction
 from pathlib import Path
 
+from ..errors import ParameterError
+
 MIME = "application/vnd.kvlab.result+json"
+INTERRUPTED_TAG = "kvlab-interrupted"  # the banner cell of a notebook whose batch run was cut short
 _SESSION: dict[str, object] = {}  # results recorded in this process
 
 
@@ -63,9 +66,14 @@ def recorded() -> dict[str, object]:
     return dict(_SESSION)
 
 
-def read_results(notebook: str | Path) -> dict[str, object]:
-    """The results recorded in an executed notebook's outputs, by name (last one wins)."""
+def read_results(notebook: str | Path, partial: bool = False) -> dict[str, object]:
+    """The results recorded in an executed notebook's outputs, by name (last one wins). A notebook whose run was
+    interrupted (kvlab.nb.runner marks it) holds partial results: refused unless `partial`."""
     nb = json.loads(Path(notebook).read_text())
+    status = nb.get("metadata", {}).get("kvlab", {}).get("status")
+    if status == "interrupted" and not partial:
+        raise ParameterError(f"{notebook}: this notebook's run was interrupted; its results are partial "
+                             "(read_results(..., partial=True) reads them anyway)")
     out = {}
     for cell in nb.get("cells", []):
         for o in cell.get("outputs", []) or []:

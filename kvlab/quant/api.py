@@ -4,23 +4,30 @@ Along the last dimension: each vector of the last dim is one entry; blocks never
 per-token scope means one scale per last-dim vector. Unscaled formats (fp32 / bf16 / fp16)
 store the raw bytes, so a cache can hold any format of the table through this one path.
 
-Input: a float32 / bfloat16 / float16 tensor with at least one dim (computation runs in fp32).
+Input: a float32 / bfloat16 / float16 tensor with at least one dim, on a device with data (computation runs
+in fp32); anything else (a list, complex or integer tensors, a meta tensor) is refused naming what fits.
 Empty tensors give empty codes and scales (nbytes = the format's per-tensor bytes).
+Ranges: what each format holds and what happens beyond it is in kvlab.quant.ranges (NVFP4 single level clips
+beyond 2,688 with a RangeWarning, as torchao does; FP16 scales or values that would overflow are refused).
 NaN / Inf: NVFP4 and MX follow torchao (NaN makes its block's scale NaN; Inf gives the largest
 scale and saturates); FP8 scales come from the finite values, Inf saturates to +-max and NaN
 stays NaN; integer groups reject non-finite input (min / max would be meaningless).
 """
 from __future__ import annotations
 
+import numbers
+
 import torch
 
-from ..errors import KvlabError, ParameterError
+from ..checks import need_type
+from ..errors import KvlabError, ParameterError, WrongTypeError
 from ..formats import Format, get_format
 from .e2m1 import encode_e2m1, pack_bits
 from .fp8 import encode_fp8, finite_amax, fp32_scale
 from .intgroup import encode_int, int_group_params
 from .mx import RULES, quantize_mx_blocks
-from .nvfp4 import RECIPES, global_scale_from_amax, quantize_nvfp4_blocks
+from .nvfp4 import E2M1_MAX, E4M3_MAX, RECIPES, global_scale_from_amax, quantize_nvfp4_blocks
+from .ranges import fits, max_input, over, warn_saturation
 from .tensor import TORCH_DTYPES, QuantizedTensor
 
 INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -58,10 +65,15 @@ def _supported(fmt: Format) -> bool:
 
 
 def _check(x, fmt: Format, recipe, scale_rule, scale, global_scale, axis) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"quantize: x must be a torch.Tensor, got {type(x).__name__}")
+    need_type("quantize: x", x, torch.Tensor, "a torch.Tensor (float32, bfloat16 or float16)")
+    if x.is_complex():
+        raise WrongTypeError(f"quantize: x is complex ({x.dtype}); a KV format stores real values and the imaginary "
+                             "part would be lost: quantize x.real and x.imag separately")
     if x.dtype not in INPUT_DTYPES:
-        raise TypeError(f"quantize: x has dtype {x.dtype}; expected float32, bfloat16 or float16")
+        raise WrongTypeError(f"quantize: x has dtype {x.dtype}; expected float32, bfloat16 or float16 "
+                             "(convert with x.float())")
+    if x.is_meta:
+        raise QuantizeError("quantize: x is on the meta device, which holds shapes but no values to quantize")
     if x.dim() == 0:
         raise QuantizeError("quantize: x is a 0-dim scalar; quantization runs along the last dimension")
     if not _supported(fmt):
@@ -79,6 +91,15 @@ def _check(x, fmt: Format, recipe, scale_rule, scale, global_scale, axis) -> Non
         raise ParameterError(f"quantize: global_scale= needs a two-level format (nvfp4_2level), not {fmt.name}")
     if axis not in AXES or (axis == "channel" and fmt.element.kind != "int"):
         raise ParameterError(f"quantize: axis must be 'token' (or 'channel' for integer groups), got {axis!r}")
+    for name, v in (("scale", scale), ("global_scale", global_scale)):
+        if v is None:
+            continue
+        if isinstance(v, torch.Tensor):
+            if v.numel() != 1 or not v.dtype.is_floating_point or v.is_meta:
+                raise WrongTypeError(f"quantize: {name} must be one real number (a float or a 1-element float "
+                                     f"tensor), got a {v.dtype} tensor of shape {tuple(v.shape)}")
+        elif isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise WrongTypeError(f"quantize: {name} must be a real number, got {type(v).__name__} {v!r:.40}")
 
 
 def quantize(x: torch.Tensor, fmt: str | Format, *, recipe: str = "torchao", scale_rule: str | None = None,
@@ -95,6 +116,7 @@ def quantize(x: torch.Tensor, fmt: str | Format, *, recipe: str = "torchao", sca
     pad: zero-pad a last dim that is not a multiple of the block (the padding is not stored).
     """
     fmt = get_format(fmt)
+    need_type("quantize: pad", pad, bool, "True or False")
     _check(x, fmt, recipe, scale_rule, scale, global_scale, axis)
     shape, d = tuple(x.shape), x.shape[-1]
     lead = shape[:-1]
@@ -108,6 +130,10 @@ def quantize(x: torch.Tensor, fmt: str | Format, *, recipe: str = "torchao", sca
     el = fmt.element
 
     if fmt.scope == "none":
+        top = float(finite_amax(xf.detach())) if el.kind == "float" else 0.0
+        if top > el.max:
+            raise QuantizeError(f"quantize: x reaches |x| = {top:.4g}, beyond the largest {fmt.name} value "
+                                f"({el.max:,g}): it would be stored as inf; use {fits(fmt)}")
         if el.name in TORCH_DTYPES:
             codes = x.to(TORCH_DTYPES[el.name]).contiguous().view(torch.uint8).reshape(*lead, -1)
         else:
@@ -136,7 +162,9 @@ def quantize(x: torch.Tensor, fmt: str | Format, *, recipe: str = "torchao", sca
     xb = _blocks(xf, fmt.block, pad, fmt.name)
     g = None
     if fmt.scale.name == "e4m3":
-        if fmt.tensor_scale is not None:
+        if fmt.tensor_scale is None:
+            warn_saturation(fmt, xb.abs().amax(dim=-1), E2M1_MAX * E4M3_MAX)
+        else:
             g = torch.as_tensor(global_scale, dtype=torch.float32, device=x.device) if global_scale is not None \
                 else global_scale_from_amax(finite_amax(xf))
             if not bool(torch.isfinite(g)) or float(g) <= 0:
@@ -146,7 +174,9 @@ def quantize(x: torch.Tensor, fmt: str | Format, *, recipe: str = "torchao", sca
         sb, codes = quantize_mx_blocks(xb, el, opts["scale_rule"])
     else:  # FP32 / FP16 / BF16 block scales (DeepSeek V3.2 style fp8_e4m3_b128)
         sdt = TORCH_DTYPES[fmt.scale.name]
-        s = fp32_scale(finite_amax(xb, dim=-1, keepdim=True), el).to(sdt)  # [*lead, nb, 1]
+        s = fp32_scale(finite_amax(xb, dim=-1, keepdim=True), el)  # [*lead, nb, 1]
+        _refuse_scale_overflow(fmt, s)
+        s = s.to(sdt)
         codes = _encode(xb / s.float(), fmt)
         sb = s.squeeze(-1).contiguous().view(torch.uint8)
     codes = pack_bits(codes.reshape(*lead, -1)[..., :d], el.bits)
@@ -180,17 +210,47 @@ def _int(xf: torch.Tensor, fmt: Format, qt: dict, axis: str, pad: bool) -> Quant
                                 f"does not divide")
         xg = xf.reshape(*xf.shape[:-2], -1, g, d)  # [*, T/G, G, D]
         s, mn = int_group_params(xg, bits, dim=-2)  # [*, T/G, 1, D]
-        codes = encode_int(xg, s, mn, bits).reshape(xf.shape)
-        s, mn = s.squeeze(-2), mn.squeeze(-2)  # [*, T/G, D]
     else:
         xg = _blocks(xf, g, pad, fmt.name)  # [*lead, nb, G]
         s, mn = int_group_params(xg, bits, dim=-1)  # [*lead, nb, 1]
+    _refuse_int_overflow(fmt, s, mn)
+    if axis == "channel":
+        codes = encode_int(xg, s, mn, bits).reshape(xf.shape)
+        s, mn = s.squeeze(-2), mn.squeeze(-2)  # [*, T/G, D]
+    else:
         codes = encode_int(xg, s, mn, bits).reshape(*xf.shape[:-1], -1)[..., :d]
         s, mn = s.squeeze(-1), mn.squeeze(-1)  # [*lead, nb]
     sb = s.to(sdt).unsqueeze(-1).contiguous().view(torch.uint8)
     zb = mn.to(zdt).unsqueeze(-1).contiguous().view(torch.uint8)
     scales = torch.cat([sb, zb], dim=-1).reshape(*s.shape[:-1], -1)
     return QuantizedTensor(codes=pack_bits(codes, bits), scales=scales, **qt)
+
+
+def _refuse_scale_overflow(fmt: Format, s: torch.Tensor) -> None:
+    """Float elements with FP16 (or other narrow) block scales: a scale beyond its type would be stored as inf."""
+    n, total, top = over(s, fmt.scale.max)
+    if n:
+        raise QuantizeError(f"quantize: {n} of {total} blocks of x need a scale up to {top:.4g} (block amax / "
+                            f"{fmt.element.max:g}), beyond {fmt.scale.name}'s {fmt.scale.max:,g}: x reaches "
+                            f"{top * fmt.element.max:.4g}, {fmt.name} holds |x| <= {max_input(fmt):.4g}; "
+                            f"use {fits(fmt)}")
+
+
+def _refuse_int_overflow(fmt: Format, s: torch.Tensor, mn: torch.Tensor) -> None:
+    """Integer groups: the zero point (min) and the scale (max - min) / (2^b - 1) must fit their stored types, or
+    the group would decode to inf / NaN. The zero point first: when it overflows, no wider scale helps."""
+    levels = 2**fmt.element.bits - 1
+    n, total, top = over(mn.abs(), fmt.zero_point.max)
+    if n:
+        raise QuantizeError(f"quantize: {n} of {total} groups of x have a minimum of magnitude up to {top:.4g}, "
+                            f"beyond {fmt.zero_point.name}'s {fmt.zero_point.max:,g} (the zero point); {fmt.name} "
+                            f"holds |x| <= {max_input(fmt):,g}: scale x down or use a float format with FP32 block "
+                            f"scales (e.g. fp8_e4m3_b{fmt.block})")
+    n, total, top = over(s, fmt.scale.max)
+    if n:
+        raise QuantizeError(f"quantize: {n} of {total} groups of x span up to {top * levels:.4g} (max - min), so "
+                            f"their scale (max - min) / {levels} = {top:.4g} exceeds {fmt.scale.name}'s "
+                            f"{fmt.scale.max:,g}; use {fits(fmt)}")
 
 
 def _empty(x: torch.Tensor, fmt: Format, qt: dict) -> QuantizedTensor:

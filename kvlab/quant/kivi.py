@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checks import need_choice, need_int
+from ..checks import need_choice, need_int, need_type
 from ..errors import ParameterError
 from ..formats import get_format
 from .api import quantize
@@ -39,10 +39,12 @@ def kivi_quantize(k: torch.Tensor, v: torch.Tensor, bits: int = 2, group: int = 
     """Quantize K, V [..., T, D] KIVI-style. The quantized prefix is the largest multiple of
     `group` tokens that leaves at least `residual` tokens in full precision."""
     need_choice("kivi_quantize: bits", bits, (2, 4, 8))
+    for name, t in (("k", k), ("v", v)):
+        need_type(f"kivi_quantize: {name}", t, torch.Tensor, "a torch.Tensor [..., T, D]")
     if k.shape != v.shape or k.dim() < 2:
         raise ParameterError(f"kivi_quantize: k and v need one shape [..., T, D], got {tuple(k.shape)}, {tuple(v.shape)}")
-    residual = need_int("kivi_quantize: residual", residual, 0)
     group = need_int("kivi_quantize: group", group, 1)
+    residual = need_int("kivi_quantize: residual", residual, 0)
     fmt = get_format(f"int{bits}_g{group}")
     t = k.shape[-2]
     nq = max(t - residual, 0) // group * group

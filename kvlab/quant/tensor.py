@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..formats import Format
+from ..checks import need_choice, need_int, need_type
+from ..errors import ParameterError, WrongTypeError
+from ..formats import Format, get_format
 from .e2m1 import decode_e2m1, unpack_bits
 from .fp8 import decode_fp8
 from .mx import e8m0_to_float
@@ -16,7 +18,7 @@ TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.flo
 
 def decode_scale_bytes(b: torch.Tensor, element) -> torch.Tensor:
     """Scale bytes uint8 [..., k * width] of one scale type -> fp32 [..., k]."""
-    b = b.contiguous()
+    b = b.contiguous().flatten().reshape(b.shape)  # fresh strides: size-1 dims may keep odd ones, which view refuses
     if element.name in ("e4m3", "e5m2"):
         return decode_fp8(b, element)
     if element.kind == "pow2":
@@ -39,6 +41,32 @@ class QuantizedTensor:
     global_scale: torch.Tensor | None = None  # uint8 [4]: FP32 second-level decode scale (nvfp4_2level)
     axis: str = "token"  # "token" (groups along the last dim) or "channel" (int groups over G tokens, dim -2)
     options: dict = field(default_factory=dict)  # recipe / scale_rule used (kept for the record)
+
+    def __post_init__(self):
+        """Refuse parts that do not fit together (truncated codes, scales of another format, a float tensor where
+        bytes belong): decoding them would fail deep in torch or decode garbage."""
+        self.fmt = get_format(self.fmt)
+        need_type("QuantizedTensor.shape", self.shape, (tuple, list, torch.Size), "a tuple of dims")
+        self.shape = tuple(need_int("QuantizedTensor.shape", n) for n in self.shape)
+        if not self.shape:
+            raise ParameterError("QuantizedTensor.shape must have at least one dim (quantization runs along the last)")
+        _float_dtype("QuantizedTensor.dtype", self.dtype)
+        need_choice("QuantizedTensor.axis", self.axis, ("token", "channel"))
+        *lead, d = self.shape
+        f = self.fmt
+        width = ((f.scale.bits if f.scale else 0) + (f.zero_point.bits if f.zero_point else 0)) // 8
+        if self.axis == "channel":
+            t = lead[-1] if lead else 0
+            scales = (*lead[:-1], t // f.block if f.block else 0, d * width)
+        else:
+            scales = (4,) if f.scope == "tensor" else (*lead, f.scale_bytes(d))
+        _bytes("codes", self.codes, (*lead, f.data_bytes(d)), f, self.shape)
+        _bytes("scales", self.scales, scales, f, self.shape)
+        if (self.global_scale is None) != (f.tensor_scale is None):
+            raise ParameterError(f"QuantizedTensor: {f.name} " + ("needs a global_scale (uint8 [4])" if f.tensor_scale
+                                 else "has no per-tensor second-level scale; global_scale must be None"))
+        if self.global_scale is not None:
+            _bytes("global_scale", self.global_scale, (4,), f, self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -120,7 +148,7 @@ class QuantizedTensor:
 
     def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """Decoded tensor of the original shape, in `dtype` (default: the input's dtype)."""
-        dtype = dtype or self.dtype
+        dtype = self.dtype if dtype is None else _float_dtype("dequantize: dtype", dtype)
         if self.codes.numel() == 0:
             return torch.zeros(self.shape, dtype=dtype, device=self.device)
         v = self.element_values()
@@ -148,3 +176,24 @@ class QuantizedTensor:
         top = 2.0 ** (math.floor(math.log2(el.max)) - el.man_bits)  # spacing of the top binade
         return (self.element_scale() * top).expand(self.shape)
 
+
+
+def _float_dtype(name: str, dtype) -> torch.dtype:
+    """A real floating torch dtype (torch.bfloat16, ...): decoded values are real numbers."""
+    if not isinstance(dtype, torch.dtype):
+        raise WrongTypeError(f"{name} must be a torch dtype such as torch.bfloat16, got {type(dtype).__name__} "
+                             f"{dtype!r}" + (f" (use torch.{dtype})" if isinstance(dtype, str)
+                                             and isinstance(getattr(torch, dtype, None), torch.dtype) else ""))
+    if not dtype.is_floating_point:
+        raise ParameterError(f"{name} must be a real floating dtype (float32, bfloat16, float16, ...), got {dtype}")
+    return dtype
+
+
+def _bytes(name: str, t, shape: tuple, fmt: Format, of: tuple) -> None:
+    """`t` is a uint8 tensor of exactly `shape`."""
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8:
+        raise WrongTypeError(f"QuantizedTensor.{name} must be a uint8 tensor of bytes, got "
+                             + (f"a {t.dtype} tensor" if isinstance(t, torch.Tensor) else type(t).__name__))
+    if tuple(t.shape) != tuple(shape):
+        raise ParameterError(f"QuantizedTensor.{name} has shape {tuple(t.shape)}, but {fmt.name} of shape {of} "
+                             f"stores {tuple(shape)} (truncated or from another format?)")

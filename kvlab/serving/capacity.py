@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 from fractions import Fraction
 
+from ..checks import need_int, need_number
 from ..engines import Allocation, allocate
 from ..errors import ParameterError
 from .hardware import Gpu, get_gpu
@@ -29,9 +30,7 @@ SHARD_CHOICES = (1, 2, 4, 8)  # weight-sharding degrees tried by the automatic c
 
 
 def _frac(x: float, name: str, lo: float = 0.0, hi: float = 1.0) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not lo <= x <= hi:
-        raise ParameterError(f"{name} must be a number in [{lo}, {hi}], got {x!r}")
-    return float(x)
+    return need_number(name, x, lo, hi)
 
 
 def _alloc(model, scheme: str = "storage", kv_format=None) -> Allocation:
@@ -74,7 +73,7 @@ def weight_bytes(model: str | ModelSpec) -> WeightEstimate:
     table = json.loads(WEIGHTS_FILE.read_text())["models"]
     if spec.name not in table:
         raise ParameterError(f"no weight estimate for {spec.name!r} (known: {', '.join(table)}); "
-                             "pass weight_bytes / --weight-gb")
+                             "pass weights= (bytes) or --weight-gb")
     entry = table[spec.name]
     _, raw = read_config(spec.name)
     quant = raw.get("quantization_config") or spec.config.get("quantization_config")
@@ -200,18 +199,17 @@ def plan(model, gpu: str | Gpu, context_tokens: int, prefix_hit_rate: float = 0.
     for which the weights take at most half of the usable memory; weights=None estimates the weights."""
     a = _alloc(model, scheme, kv_format)
     g = get_gpu(gpu)
-    u = _frac(utilization, "utilization", 0.0, 1.0)
-    if u == 0:
-        raise ParameterError("utilization must be > 0")
-    w = weight_bytes(a.layout.model).nbytes if weights is None else weights
-    if isinstance(w, bool) or not isinstance(w, int) or w < 0:
-        raise ParameterError(f"weight bytes must be a non-negative integer, got {w!r}")
-    n = auto_shards(w, g, u) if weight_shards is None else weight_shards
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ParameterError(f"weight_shards must be a positive integer, got {n!r}")
+    u = need_number("utilization", utilization, 0.0, 1.0, lo_open=True)
+    tokens = need_int("context_tokens", context_tokens, 1)
+    w = weight_bytes(a.layout.model).nbytes if weights is None else need_int("weights", weights, 0)
+    n = auto_shards(w, g, u) if weight_shards is None else need_int("weight_shards", weight_shards, 1)
     act = _frac(activation_gb, "activation_gb", 0.0, 1e6)
     cap = Capacity(a.layout.model.name, g, u, w, n, int(act * 1e9),
-                   session_cost(a, context_tokens, prefix_hit_rate, replay_probability))
+                   session_cost(a, tokens, prefix_hit_rate, replay_probability))
+    if cap.session.total <= 0:  # every token a shared-prefix hit and nothing bounded: no count follows
+        raise ParameterError(f"{cap.model}: a {tokens:,}-token session at prefix_hit_rate {prefix_hit_rate!r} holds "
+                             "0 bytes of its own (its whole context is a shared-prefix hit), so KV memory puts no "
+                             "bound on sessions; use a prefix_hit_rate below 1")
     if cap.usable_kv_bytes <= 0:
         raise ParameterError(f"{cap.model} on {g.name}: no memory left for KV ({cap.weight_share / 1e9:.1f} GB of "
                              f"weights per GPU over {n} GPU(s) + {act:g} GB activations > "
@@ -225,8 +223,8 @@ def request_rate(decode_tokens_per_s: float, tokens_per_request: float, sessions
     `tokens_per_s_per_session` each can decode."""
     for k, v in (("decode_tokens_per_s", decode_tokens_per_s), ("tokens_per_request", tokens_per_request),
                  ("tokens_per_s_per_session", tokens_per_s_per_session)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-            raise ParameterError(f"{k} must be a positive number, got {v!r}")
+        need_number(k, v, 0.0, lo_open=True)
+    sessions = need_int("sessions", sessions, 0)
     uncapped = decode_tokens_per_s / tokens_per_request
     cap = sessions * tokens_per_s_per_session / tokens_per_request
     return dict(uncapped=uncapped, session_cap=cap, requests_per_s=min(uncapped, cap), capped=cap < uncapped)
@@ -256,11 +254,8 @@ def cdiv(a: int, b: int) -> int:
 
 def vllm_plan(model, available_bytes: int, max_model_len: int, kv_format=None) -> VllmPlan:
     """Reproduce vLLM's get_num_blocks / get_max_concurrency_for_kv_cache_config (serving.md)."""
-    if isinstance(available_bytes, bool) or not isinstance(available_bytes, int) or available_bytes < 0:
-        raise ParameterError(f"available_bytes must be a non-negative integer, got {available_bytes!r}")
-    L = max_model_len = check_tokens(max_model_len)
-    if L == 0:
-        raise ParameterError("max_model_len must be positive")
+    available_bytes = need_int("available_bytes", available_bytes, 0)
+    L = max_model_len = need_int("max_model_len", max_model_len, 1)
     a = allocate(model, "vllm", kv_format)
     exact = allocate(a.layout.model, "storage", kv_format).session(L).total
     e = a.engine

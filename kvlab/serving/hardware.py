@@ -10,11 +10,13 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ..checks import need_number
 from ..errors import ParameterError
 from ..models import DATA_DIR
 
 HARDWARE_FILE = DATA_DIR / "hardware.json"
 FIELDS = ("hbm_gb", "hbm_tb_s", "host_link_gb_s", "host_dram_gb", "ssd_gb_s")
+FIELD_MAX = 1e6  # no device comes near a million GB or TB/s; a bound keeps GB -> bytes within int range
 
 
 @dataclass(frozen=True)
@@ -54,11 +56,16 @@ class Gpu:
 def load_catalog(path: str | Path = HARDWARE_FILE) -> dict[str, Gpu]:
     """Every GPU in a hardware JSON file, by upper-case name."""
     try:
-        raw = json.loads(Path(path).read_text())["gpus"]
-    except (OSError, KeyError, TypeError, json.JSONDecodeError) as e:
-        raise ParameterError(f"{path}: not a hardware catalog ({e})") from None
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ParameterError(f"{path}: not a readable hardware catalog ({e})") from None
+    raw = raw.get("gpus") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict):
+        raise ParameterError(f"{path}: a hardware catalog is a JSON object whose 'gpus' maps names to their fields")
     out = {}
     for name, d in raw.items():
+        if not isinstance(d, dict):
+            raise ParameterError(f"{path}: GPU {name!r} must be a JSON object of {', '.join(FIELDS)}, got {d!r}")
         missing = [f for f in FIELDS if f not in d]
         if missing:
             raise ParameterError(f"{path}: GPU {name!r} lacks {', '.join(missing)}")
@@ -69,9 +76,7 @@ def load_catalog(path: str | Path = HARDWARE_FILE) -> dict[str, Gpu]:
 
 def _checked(g: Gpu) -> Gpu:
     for f in FIELDS:
-        v = getattr(g, f)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (f == "hbm_gb" and v <= 0):
-            raise ParameterError(f"GPU {g.name}: {f} must be a non-negative number, got {v!r}")
+        need_number(f"GPU {g.name}: {f}", getattr(g, f), 0.0, FIELD_MAX, lo_open=f == "hbm_gb")
     return g
 
 
@@ -85,7 +90,7 @@ def get_gpu(name: str | Gpu, path: str | Path = HARDWARE_FILE, **overrides) -> G
         g = name
     else:
         cat = load_catalog(path)
-        key = str(name).upper()
+        key = name.upper() if isinstance(name, str) else None
         if key not in cat:
             raise ParameterError(f"unknown GPU {name!r}; choose one of {', '.join(cat)}")
         g = cat[key]
