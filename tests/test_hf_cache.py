@@ -301,3 +301,19 @@ def test_compiled_decoder_is_bit_exact(fmt, dtype):
     for u, v in zip(a, b):
         assert torch.equal(u.view(torch.int16) if dtype == torch.bfloat16 else u.view(torch.int32),
                            v.view(torch.int16) if dtype == torch.bfloat16 else v.view(torch.int32))
+
+
+def test_cache_dtype_apart_from_the_model():
+    """An FP32 model with a cache kept in BF16: the residual is BF16 (as predicted), attention gets FP32."""
+    cfg = AutoConfig.for_model("qwen3", **DENSE)
+    torch.manual_seed(0)
+    m = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="sdpa").eval()
+    cache = make_cache(m, "int4", residual=8, dtype=torch.bfloat16)
+    list(feed(m, cache, [40, 1]))
+    s = cache.layers[0].streams["v"]
+    assert s.pend.dtype == torch.bfloat16 and cache.layout.model.torch_dtype == "bfloat16"
+    assert cache.nbytes == cache.predicted_bytes()
+    ref, bf = make_cache(m, dtype=torch.bfloat16), make_cache(m, "bf16")
+    x = ids(30, seed=11)
+    with torch.no_grad():
+        assert torch.equal(m(x, cache=ref).logits, m(x, cache=bf).logits)  # BF16 storage either way

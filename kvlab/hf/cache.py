@@ -98,7 +98,7 @@ class Stream:
         self.group = stored.group  # tokens per row (KIVI key groups: G)
         self.window = stored.window  # tokens kept between steps (None: all)
         self.batch, self.heads, self.width = batch, heads, width
-        self.dtype = dtype  # the model's dtype: the residual's and what attention reads
+        self.dtype = dtype  # the cache's dtype: the residual's, and what `held` returns
         self.packed = PackedRows(stored, batch * heads, device)
         self.pend = torch.zeros(batch, heads, 0, width, dtype=dtype, device=device)  # [B, H, p, W]
         self.tokens = self.s0 = self.p0 = 0
@@ -113,14 +113,14 @@ class Stream:
         return x.reshape(b, h, n // g, g, w).permute(2, 0, 1, 4, 3).reshape(n // g, b * h, w * g)
 
     def held(self) -> torch.Tensor:
-        """Every held token, packed ones decoded, then the residual: [B, H, T', W] in the model dtype."""
+        """Every held token, packed ones decoded, then the residual: [B, H, T', W] in the cache's dtype."""
         b, h, w, g = self.batch, self.heads, self.width, self.group
         n, p = self.packed.rows, self.pend.shape[2]
         out = torch.empty(b, h, n * g + p, w, dtype=self.dtype, device=self.pend.device)
         if n and self.fast:  # compiled: each packed byte read once, each value written in place
             rows = self.packed.packed()  # [N, B*H, entry B]
             kernels.decode_into(rows, self.packed.entry, self.packed.tensor_scales, g, out.view(b * h, -1, w))
-        elif n:  # decoded rows go straight into place (one conversion to the model dtype on the way)
+        elif n:  # decoded rows go straight into place (one conversion to the cache's dtype on the way)
             r = self.packed.read()  # [N, B*H, G*W]
             if g == 1:
                 out[:, :, :n].copy_(r.view(n, b, h, w).permute(1, 2, 0, 3))
@@ -176,8 +176,10 @@ class KvlabLayer(CacheLayerMixin):
     is_compileable = False
     is_croppable = False
 
-    def __init__(self, layer: LayerCache, kind: str, sliding_window: int | None, mech: Mechanism = DENSE):
+    def __init__(self, layer: LayerCache, kind: str, sliding_window: int | None, mech: Mechanism = DENSE,
+                 dtype: torch.dtype = torch.bfloat16):
         super().__init__()
+        self.dtype = dtype  # the cache's dtype (its residual and raw tokens); attention gets the model's
         self.plan = layer  # the layout's view of this layer (components, formats)
         self.kind = kind  # "dense" or "mla"
         self.mech = mech  # what attention may read (DENSE: everything held; sliding layers keep DENSE)
@@ -193,7 +195,7 @@ class KvlabLayer(CacheLayerMixin):
         return next(c for c in self.plan.components if c.role == role)
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.device, self.dtype = key_states.device, key_states.dtype
+        self.device = key_states.device
         b, h = key_states.shape[:2]
         if self.kind == "mla":
             self.split = key_states.shape[-1]
@@ -218,6 +220,8 @@ class KvlabLayer(CacheLayerMixin):
             keys, values = self._role("k", key_states, before), self._role("v", value_states, before)
         if not self.mech.dense:
             self._publish(before, keys.shape[-2], kwargs.get("kwargs"))
+        if keys.dtype != key_states.dtype:  # a cache kept in another dtype than the model computes in
+            keys, values = keys.to(key_states.dtype), values.to(value_states.dtype)
         return keys, values
 
     def _role(self, role: str, x: torch.Tensor, before: int) -> torch.Tensor:
@@ -291,11 +295,13 @@ class KvlabLayer(CacheLayerMixin):
 class KvlabCache(Cache):
     """A transformers Cache whose layers hold K/V packed in kvlab formats; `nbytes` == `predicted_bytes()`."""
 
-    def __init__(self, config, options: dict, dtype: torch.dtype = torch.bfloat16, mechanism=None):
+    def __init__(self, config, options: dict, dtype: torch.dtype = torch.bfloat16, mechanism=None,
+                 follow: bool = True):
         self.config = _text_config(config)
         self.kind = check_family(self.config)
         self.mech = parse_mechanism(mechanism)  # applies to the full-attention layers
         self.options = dict(options)  # build_layout's format options (kv_format, k_format, ..., per_layer)
+        self.follow = follow  # take the states' dtype at the first update (else keep `dtype`)
         types, kwargs = get_layer_types_and_kwargs(self.config)
         self.full = [t == "full_attention" for t in types]  # layers a mechanism applies to
         if not self.mech.dense and not any(self.full):
@@ -306,7 +312,7 @@ class KvlabCache(Cache):
         layers = []
         for lc, full, kw in zip(self.layout.layers, self.full, kwargs):
             window = self.mech.window if full else kw.get("sliding_window")
-            layers.append(KvlabLayer(lc, self.kind, window, self.mech if full else DENSE))
+            layers.append(KvlabLayer(lc, self.kind, window, self.mech if full else DENSE, dtype))
         super().__init__(layers=layers)
 
     def _build(self, dtype: torch.dtype) -> Layout:
@@ -317,10 +323,10 @@ class KvlabCache(Cache):
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         layer = self.layers[layer_idx]
-        if not layer.is_initialized and key_states.dtype != self.dtype:
+        if self.follow and not layer.is_initialized and key_states.dtype != self.dtype:
             self.layout = self._build(key_states.dtype)  # the residual holds the states' dtype
             for lyr, lc in zip(self.layers, self.layout.layers):
-                lyr.plan = lc
+                lyr.plan, lyr.dtype = lc, key_states.dtype
         if self._last is not None and not self._last.read:
             raise ParameterError(f"mechanism {self.mech.label()} needs kvlab's attention function: call "
                                  "kvlab.hf.use_kvlab_attention(model) (make_cache(model, mechanism=...) does it)")
@@ -373,7 +379,8 @@ def make_cache(config_or_model, kv_format=None, k_format=None, v_format=None, re
     mechanism: what attention reads on full-attention layers ('window=64', 'topk=32', 'capped=16x8,topk=32',
         'csa=4,topk=32,window=64', 'hca=32,window=64'; kvlab.hf.mechanisms); given a model, switches it to
         kvlab's attention function (SDPA itself wherever no mechanism applies);
-    dtype: the states' dtype (default: the model's; the cache follows the states at the first update).
+    dtype: the dtype the cache keeps unquantized tokens in (its residual; attention still gets the model's
+        dtype); default: the states' own, taken at the first update.
     """
     model = config_or_model if hasattr(config_or_model, "config") and hasattr(config_or_model, "forward") else None
     config = model.config if model is not None else config_or_model
@@ -389,12 +396,13 @@ def make_cache(config_or_model, kv_format=None, k_format=None, v_format=None, re
             if windowed and isinstance(per_layer.get(i, {}), dict):
                 per_layer[i] = {"key_axis": "token", "value_axis": "token", **per_layer.get(i, {})}
     key_axis = key_axis or ("channel" if kind == "dense" else "token")
+    follow = dtype is None
     if dtype is None:
         dtype = model.dtype if model is not None else (getattr(_text_config(config), "dtype", None) or torch.bfloat16)
         dtype = getattr(torch, str(dtype).replace("torch.", "")) if not isinstance(dtype, torch.dtype) else dtype
     options = dict(kv_format=kv_format, k_format=k_format, v_format=v_format, residual=residual, block=block,
                    key_axis=key_axis, value_axis=value_axis, per_layer=per_layer)
-    cache = KvlabCache(config, options, dtype, mech)
+    cache = KvlabCache(config, options, dtype, mech, follow)
     if model is not None and not mech.dense:
         use_kvlab_attention(model)
     return cache

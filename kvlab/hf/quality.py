@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import ParameterError
-from .evaluate import PEERS, decode_rate, peer_cache, run_pass
+from .evaluate import PEERS, Pass, decode_rate, peer_cache, run_pass
 
 # The formats of the issue's frontier: integer groups get KIVI's treatment (keys per channel, values per
 # token) and a residual; the float formats quantize every token.
@@ -96,27 +96,66 @@ class Row:
         return self.held_bytes / self.context
 
 
+def is_v41(model) -> bool:
+    """kvlab's V4.1-like model (kvlab.train.v41): its cache is its own Stack's, not a transformers cache."""
+    return getattr(model.config, "model_type", None) == "kvlab_v41"
+
+
+def stack_pass(model, ids: torch.Tensor, formats: dict, chunk: int, stack=None) -> Pass:
+    """`run_pass` for the V4.1-like model: its trained weights in a kvlab.attention Stack whose packed stores
+    hold compressed entries, index keys and the window in `formats` (role -> format), fed in chunks."""
+    from ..train.v41 import to_stack
+    stack = stack or to_stack(model, formats)
+    stack.reset()
+    nll, preds = 0.0, []
+    with torch.no_grad():
+        for a in range(0, ids.shape[1], chunk):
+            logits = stack.forward(ids[:, a:a + chunk]).float()  # [1, c, V]
+            preds.append(logits.argmax(-1))
+            target = ids[:, a + 1:a + chunk + 1]
+            n = target.shape[1]
+            if n:
+                nll += float(torch.nn.functional.cross_entropy(logits[0, :n], target[0], reduction="sum"))
+    return Pass(nll, ids.shape[1] - 1, torch.cat(preds, 1), stack.cache_bytes()["total"], None)
+
+
 def measure(model, setting: Setting, windows: torch.Tensor, samples, encode, chunk: int) -> tuple:
     """(perplexity, accuracy, held bytes, predicted bytes) of one setting over text windows [n, T] and task
     samples, each window and sample through a fresh cache."""
     from ..train.tasks import render, score_predictions
+    if is_v41(model):
+        from ..train.v41 import to_stack
+        f = setting.options.get("kv_format") or "bf16"
+        stack = to_stack(model, {r: f for r in ("main", "index", "swa")})
+        run = lambda ids: stack_pass(model, ids, {}, chunk, stack)  # noqa: E731
+    else:
+        run = lambda ids: run_pass(model, ids, setting.make(model), chunk)  # noqa: E731
     nll = scored = 0
     held, pred = [], []
     for w in windows:
-        p = run_pass(model, w[None], setting.make(model), chunk)
+        p = run(w[None])
         nll, scored = nll + p.nll, scored + p.scored
         held.append(p.held_bytes)
         pred.append(p.predicted_bytes)
     right = total = 0
     for s in samples:
         ids, labels = render(s, encode)
-        p = run_pass(model, ids[None], setting.make(model), chunk)
+        p = run(ids[None])
         r, n = score_predictions(p.predictions, labels[None])
         right, total = right + r, total + n
     ppl = float(torch.tensor(nll / scored).exp())
     acc = right / total if total else None
     mean = round(sum(held) / len(held))
     return ppl, acc, mean, (round(sum(pred) / len(pred)) if pred[0] is not None else None)
+
+
+def applies(model, setting: Setting) -> bool:
+    """Whether a setting applies to a model: the V4.1-like model takes plain formats (its compression and
+    selection are its own, learned), not mechanisms, residuals or transformers' caches."""
+    if not is_v41(model):
+        return True
+    o = setting.options
+    return setting.kind == "kvlab" and not o.get("mechanism") and not o.get("residual")
 
 
 def sweep(models: dict, settings: list[Setting], contexts: list[int], task: str | None, samples: int, windows: int,
@@ -133,6 +172,9 @@ def sweep(models: dict, settings: list[Setting], contexts: list[int], task: str 
         win = text_windows(encode, T, windows, seed)
         ss = get_task(task).samples(seed, samples, T) if task else []
         for s in settings:
+            if not applies(model, s):
+                bar.update()
+                continue
             try:
                 ppl, acc, held, pred = measure(model, s, win, ss, encode, chunk)
             except (ValueError, TypeError, RuntimeError) as e:
