@@ -4,8 +4,8 @@ The model is kvlab's tiny dense preset (Qwen3: hidden 128, 4 layers, 4 query / 2
 since speed does not depend on training), in BF16 on CPU, one torch thread. Each cache prefills `prompt` tokens,
 then decodes `steps` tokens teacher forced on the same ids (the same work for every cache). Pairs, at the same bits:
   BF16   DynamicCache                  | kvlab bf16
-  4-bit  QuantizedCache quanto, nbits 4 | kvlab int4_g64: KIVI keys per channel, values per token, groups of 64
-  2-bit  QuantizedCache quanto, nbits 2 | kvlab int2_g64
+  4-bit  QuantizedCache quanto, nbits 4 | kvlab int4_g64: keys and values per channel in groups of 64 tokens
+  2-bit  QuantizedCache quanto, nbits 2 | kvlab int2_g64       (QuantizedCache groups both the same way)
   FP8    QuantizedCache fp8 (per tensor) | kvlab fp8_e4m3 (one FP32 scale per tensor)
 quanto keeps up to residual_length - 1 = 127 recent tokens in BF16 and then re-quantizes the whole cache; the
 kvlab caches here quantize 128 tokens at a time (block=128, residual 0: the same 0-127 BF16 tokens waiting), each
@@ -24,10 +24,11 @@ import warnings
 
 import torch
 
-PAIRS = [("bf16", "dynamic", dict(kv_format=None)),
-         ("int4", "quanto4", dict(kv_format="int4_g64", block=128, value_axis="channel")),
-         ("int2", "quanto2", dict(kv_format="int2_g64", block=128, value_axis="channel")),
-         ("fp8", "fp8", dict(kv_format="fp8_e4m3"))]
+from kvlab.hf.quality import PEER_PAIRS
+
+# (name, peer, make_cache options): BF16 against DynamicCache, then notebook 08's pairs (kvlab.hf.quality.PEER_PAIRS)
+PAIRS = [("bf16", "dynamic", dict(kv_format=None))] + [
+    (s.label.removeprefix("kvlab "), peer, s.options) for peer, s in PEER_PAIRS.items()]
 
 
 def tiny_model(seed: int = 0):

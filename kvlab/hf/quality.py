@@ -11,11 +11,101 @@ no other beats on both bytes and perplexity.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
-from ..errors import ParameterError
+from .. import checks
+from ..errors import KvlabError, ParameterError
+from ..models import DATA_DIR
 from .evaluate import PEERS, Pass, decode_rate, peer_cache, run_pass
+
+CHECKPOINTS = DATA_DIR / "checkpoints"  # the small trained models (kvlab.train; `make train` rebuilds them)
+COMPUTE_DTYPES = ("float32", "bfloat16")
+
+
+def resolve_model(name: str) -> str:
+    """A model directory as given, or a checkpoint name under data/checkpoints, or (otherwise) a Hub id."""
+    p = Path(name).expanduser()
+    if p.is_dir():
+        return str(p)
+    if (CHECKPOINTS / name).is_dir():
+        return str(CHECKPOINTS / name)
+    return name
+
+
+@dataclass
+class QualityParams:
+    """Notebook 08's parameters, checked on construction: a bad one stops the notebook with one message."""
+
+    models: list  # trained dense / MLA checkpoints: names under data/checkpoints, directories or Hub ids
+    v41_model: str  # the V4.1-like checkpoint ("" leaves it out)
+    formats: list  # kvlab formats (integer ones KIVI-style)
+    residual: int  # recent tokens the integer formats keep unquantized
+    mechanisms: list  # kvlab.hf.mechanisms strings
+    peers: list  # transformers QuantizedCache backends
+    contexts: list  # tokens per held-out window and task sample
+    task: str  # kvlab.train.tasks name
+    samples: int  # task samples per context
+    windows: int  # held-out windows per context
+    chunk: int  # tokens per forward
+    compute_dtype: str  # the models' compute dtype
+    decode_steps: int  # decode steps timed per peer pair
+    decode_rounds: int  # interleaved timing rounds
+    seed: int  # seed of windows and samples
+    paths: list = field(init=False)  # models resolved to directories (or Hub ids)
+    dtype: torch.dtype = field(init=False)  # compute_dtype as a torch dtype
+
+    @classmethod
+    def of(cls, namespace: dict) -> "QualityParams":
+        """The parameters by name from a notebook's namespace (`globals()`)."""
+        names = [f for f in cls.__dataclass_fields__ if cls.__dataclass_fields__[f].init]
+        missing = [n for n in names if n not in namespace]
+        if missing:
+            raise ParameterError(f"the parameters cell defines no {', '.join(missing)}")
+        return cls(**{n: namespace[n] for n in names})
+
+    def __post_init__(self):
+        from ..formats import get_format
+        from ..train.tasks import TASKS
+        from .mechanisms import parse_mechanism
+        self.paths = [resolve_model(_text("models", m)) for m in _list("models", self.models)]
+        _text("v41_model", self.v41_model)
+        for f in _list("formats", self.formats):
+            _lookup("formats", get_format, f)
+        for m in _list("mechanisms", self.mechanisms, empty=True):
+            _lookup("mechanisms", parse_mechanism, m)
+        for p in _list("peers", self.peers, empty=True):
+            checks.need_choice("parameter peers", p, PEERS[1:])
+        for c in _list("contexts", self.contexts):
+            checks.need_int("parameter contexts", c, 16)
+        checks.need_choice("parameter task", self.task, TASKS)
+        for k, lo in (("residual", 0), ("samples", 1), ("windows", 1), ("chunk", 1), ("decode_steps", 1),
+                      ("decode_rounds", 1), ("seed", 0)):
+            checks.need_int(f"parameter {k}", getattr(self, k), lo)
+        checks.need_choice("parameter compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
+        self.dtype = getattr(torch, self.compute_dtype)
+
+
+def _list(name: str, v, empty: bool = False) -> list:
+    if isinstance(v, (str, bytes, dict)) or not isinstance(v, (list, tuple)):
+        raise ParameterError(f"parameter {name} must be a list, got {v!r}")
+    if not v and not empty:
+        raise ParameterError(f"parameter {name} must not be empty")
+    return list(v)
+
+
+def _text(name: str, v) -> str:
+    if not isinstance(v, str):
+        raise ParameterError(f"parameter {name} must be a string, got {v!r}")
+    return v
+
+
+def _lookup(name: str, fn, v):
+    try:
+        return fn(v)
+    except KvlabError as e:
+        raise ParameterError(f"parameter {name}: {e}") from None
 
 # The formats of the issue's frontier: integer groups get KIVI's treatment (keys per channel, values per
 # token) and a residual; the float formats quantize every token.
@@ -207,3 +297,39 @@ def decode_speeds(model, settings: list[Setting], ids: torch.Tensor, prompt: int
         for s in settings:
             rates[s.label] += decode_rate(model, lambda s=s: s.make(model), ids, prompt, steps, repeats=1)
     return rates
+
+
+# kvlab settings matched to transformers' QuantizedCache backends at the same bits: integer groups of 64 for keys
+# and values alike (per channel, as QuantizedCache groups both), 0-127 newest tokens waiting in the model's dtype
+# (quanto's residual_length 128; kvlab quantizes them 128 at a time, each token once), FP8 with one scale per tensor.
+PEER_PAIRS = {
+    "quanto4": Setting("kvlab int4_g64", "kvlab", dict(kv_format="int4_g64", block=128, value_axis="channel")),
+    "quanto2": Setting("kvlab int2_g64", "kvlab", dict(kv_format="int2_g64", block=128, value_axis="channel")),
+    "fp8": Setting("kvlab fp8_e4m3", "kvlab", dict(kv_format="fp8_e4m3")),
+}
+
+
+def load_models(paths: list[str], dtype: torch.dtype) -> dict:
+    """name -> (model, encode) for directories or Hub ids (kvlab.hf.evaluate.load), computing in `dtype`."""
+    from .evaluate import encoder, load
+    out = {}
+    for p in paths:
+        model, tok = load(p, dtype)
+        out[Path(p).name if Path(p).is_dir() else p] = (model, encoder(tok, model.config.vocab_size))
+    return out
+
+
+def training_record(path: str) -> dict:
+    """What a kvlab.train checkpoint says about its training (train_record.json), or {} for other models."""
+    import json
+    f = Path(path) / "train_record.json"
+    if not f.is_file():
+        return {}
+    r = json.loads(f.read_text())
+    return dict(steps=r.get("steps_run"), tokens=r.get("tokens"), parameters=r.get("parameters"),
+                heldout_loss=(r.get("final") or {}).get("heldout_loss"))
+
+
+def count_parameters(model) -> int:
+    """Distinct parameters (tied embeddings once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
