@@ -57,7 +57,7 @@ def load(name: str, dtype: torch.dtype = torch.bfloat16):
     src = str(p) if local else name
     _register_kvlab_models()
     try:
-        with _quiet():
+        with quiet():
             model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, local_files_only=local)
     except (OSError, ValueError, ImportError) as e:
         offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
@@ -66,7 +66,7 @@ def load(name: str, dtype: torch.dtype = torch.bfloat16):
         raise ModelLoadError(f"cannot load {name!r} from {where}: {_first_line(e)}") from None
     model.eval()
     try:
-        with _quiet():
+        with quiet():
             tok = AutoTokenizer.from_pretrained(src, local_files_only=local)
     except (OSError, ValueError, TypeError):
         tok = None
@@ -74,8 +74,8 @@ def load(name: str, dtype: torch.dtype = torch.bfloat16):
 
 
 @contextmanager
-def _quiet():
-    """No progress bars or import-time warnings (torchao's, transformers') while loading."""
+def quiet():
+    """No progress bars or import-time log lines (torchao's, torch's, transformers') while loading."""
     from transformers.utils import logging as hf_logging
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()

@@ -67,8 +67,10 @@ class QualityParams:
 
     def __post_init__(self):
         from ..formats import get_format
-        from ..train.tasks import TASKS
+        from .evaluate import quiet
         from .mechanisms import parse_mechanism
+        with quiet():  # kvlab.train registers its model with transformers: imports that log timestamps
+            from ..train.tasks import TASKS
         self.paths = [resolve_model(_text("models", m)) for m in _list("models", self.models)]
         _text("v41_model", self.v41_model)
         for f in _list("formats", self.formats):
@@ -128,20 +130,22 @@ class Setting:
         return make_cache(model, **self.options)
 
 
-def format_settings(formats=FORMATS, residual: int = 32) -> list[Setting]:
-    """One setting per format; integer formats KIVI-style with a residual of `residual` tokens."""
+def format_settings(formats=FORMATS, residual: int = 32, dtype: torch.dtype | None = None) -> list[Setting]:
+    """One setting per format; integer formats KIVI-style with a residual of `residual` tokens; `dtype` is the
+    cache's own (its residual's), default the model's."""
     out = []
     for f in formats:
         kivi = f.startswith("int")
-        opts = dict(kv_format=f, residual=residual if kivi else 0)
+        opts = dict(kv_format=f, residual=residual if kivi else 0, dtype=dtype)
         out.append(Setting(f"{f} (KIVI, r={residual})" if kivi and residual else f, "kvlab", opts))
     return out
 
 
-def mechanism_settings(mechanisms=MECHANISMS, kv_format: str = "bf16") -> list[Setting]:
+def mechanism_settings(mechanisms=MECHANISMS, kv_format: str = "bf16", dtype: torch.dtype | None = None
+                       ) -> list[Setting]:
     """One setting per mechanism, K/V in `kv_format`."""
-    return [Setting(m if kv_format == "bf16" else f"{m} {kv_format}", "kvlab", dict(kv_format=kv_format, mechanism=m))
-            for m in mechanisms]
+    return [Setting(m if kv_format == "bf16" else f"{m} {kv_format}", "kvlab",
+                    dict(kv_format=kv_format, mechanism=m, dtype=dtype)) for m in mechanisms]
 
 
 def peer_settings(peers=("quanto4", "quanto2", "fp8")) -> list[Setting]:
