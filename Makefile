@@ -1,24 +1,47 @@
 # kvlab: `make run` executes every notebook, `make test` runs the whole suite. Both set up .venv first.
 PYTHON ?= python3
 VENV ?= .venv
-# CPU torch by default. GPU users choose their build, e.g.
+# torch: by default the CPU build from PyTorch's CPU index on a machine without a GPU (the default index's torch on
+# one with a GPU). GPU users may choose their build instead, e.g.
 #   make run TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128"
-TORCH ?= torch==2.13.0
+TORCH_VERSION := 2.13.0
+TORCH ?=
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvlab-installed
 export PYTHONHASHSEED := 0
 
-.PHONY: setup run test lab bench notebooks clean
+.PHONY: setup run test lab bench notebooks figures gpu-check clean
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q $(TORCH)
+	$(MAKE) --no-print-directory torch
 	$(BIN)/python -m pip install -q -e '.[notebooks,hf,dev]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name kvlab --display-name "kvlab (Python)" >/dev/null
 	touch $(STAMP)
+
+# The CPU index is probed first (5 s, no retry), so an unreachable one falls back at once to the default index, while
+# a reachable one installs with pip's usual patience: a slow download never silently turns into a CUDA build.
+.PHONY: torch
+torch:
+ifneq ($(strip $(TORCH)),)
+	$(BIN)/python -m pip install -q $(TORCH)
+else
+	@if nvidia-smi -L >/dev/null 2>&1; then \
+	  echo "torch: a GPU is present: torch==$(TORCH_VERSION) from the default index (set TORCH=... to choose)"; \
+	  $(BIN)/python -m pip install -q torch==$(TORCH_VERSION); \
+	elif $(BIN)/python -c "import urllib.request as u; u.urlopen('$(TORCH_CPU_INDEX)/torch/', timeout=5)" 2>/dev/null; \
+	then \
+	  echo "torch: CPU build torch==$(TORCH_VERSION) from $(TORCH_CPU_INDEX)"; \
+	  $(BIN)/python -m pip install -q --index-url $(TORCH_CPU_INDEX) torch==$(TORCH_VERSION); \
+	else \
+	  echo "torch: $(TORCH_CPU_INDEX) is unreachable: torch==$(TORCH_VERSION) from the default index"; \
+	  $(BIN)/python -m pip install -q torch==$(TORCH_VERSION); \
+	fi
+endif
 
 run: setup
 	$(BIN)/kvlab run
@@ -31,6 +54,15 @@ lab: setup
 
 bench: setup
 	$(BIN)/python -m benchmarks
+
+# On a machine with an NVIDIA GPU (and a CUDA torch: make clean; make setup TORCH=...): the CUDA-only tests, notebook 05
+# and the decode and quantizer benchmarks on the device, into data/measurements/<gpu-name>.json. Elsewhere: one line.
+gpu-check: setup
+	$(BIN)/python -m benchmarks.gpu_check
+
+# The README's pictures: figures from runs/latest's executed notebooks (running those it lacks) into docs/figures/.
+figures: setup
+	$(BIN)/python -m kvlab.nb.figures
 
 # Re-execute the committed notebooks in place (their stored outputs are what nbval compares).
 notebooks: setup

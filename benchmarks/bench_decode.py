@@ -23,30 +23,38 @@ from kvlab.models import load_model
 HEADS, INDEX_HEADS = 16, 8  # scaled down from 64 and 32
 
 
+def _sync() -> None:
+    if torch.cuda.is_available():  # CUDA kernels run asynchronously: time them to completion
+        torch.cuda.synchronize()
+
+
 def _time(fn, reps: int) -> float:
     ts = []
     for _ in range(reps):
+        _sync()
         t0 = time.perf_counter()
         fn()
+        _sync()
         ts.append(time.perf_counter() - t0)
     return sorted(ts)[len(ts) // 2]
 
 
-def run(tokens: int, reps: int = 9, seed: int = 0) -> dict:
+def run(tokens: int, reps: int = 9, seed: int = 0, device: str = "cpu") -> dict:
     spec = load_model("deepseek-v4.1-flash")
     D, DI, W = spec.head_dim, spec.index_head_dim, spec.sliding_window
     g = torch.Generator().manual_seed(seed)
-    cache = torch.randn(1, 1, tokens, D, generator=g)  # [B, 1, T, D] K = V entries
-    kidx = torch.randn(1, tokens, DI, generator=g)  # [B, T, D_I] index keys
-    q = torch.randn(1, HEADS, 1, D, generator=g)
-    qi, wi = torch.randn(1, 1, INDEX_HEADS, DI, generator=g), torch.randn(1, 1, INDEX_HEADS, generator=g)
+    cache = torch.randn(1, 1, tokens, D, generator=g).to(device)  # [B, 1, T, D] K = V entries
+    kidx = torch.randn(1, tokens, DI, generator=g).to(device)  # [B, T, D_I] index keys
+    q = torch.randn(1, HEADS, 1, D, generator=g).to(device)
+    qi = torch.randn(1, 1, INDEX_HEADS, DI, generator=g).to(device)
+    wi = torch.randn(1, 1, INDEX_HEADS, generator=g).to(device)
     window = cache[:, :, -W:]
 
     def sparse():
         sc = index_scores(qi, wi, kidx)  # [1, 1, T]
         pool = candidate_pool(sc, spec.candidate_blocks, spec.candidate_block_size)  # [1, 1, P]
-        inpool = torch.zeros(1, 1, tokens + 1, dtype=torch.bool).scatter_(2, torch.where(pool >= 0, pool, tokens),
-                                                                           True)[..., :tokens]
+        inpool = torch.zeros(1, 1, tokens + 1, dtype=torch.bool, device=device)
+        inpool = inpool.scatter_(2, torch.where(pool >= 0, pool, tokens), True)[..., :tokens]
         idx = select_topk(sc, spec.index_topk, inpool)  # [1, 1, 512]
         return sparse_attention(q, cache, cache, idx, extra=(window, window, None))
 
@@ -63,7 +71,7 @@ def run(tokens: int, reps: int = 9, seed: int = 0) -> dict:
     layer = build_layout(spec).layers[spec.config["candidate_source_layer_id"]]
     sparse_bytes = sum(c.bytes_at(tokens) for c in layer.components)
     dense_bytes = tokens * get_format("bf16").entry_bytes(D)
-    return dict(tokens=tokens, sparse_ms=1e3 * t_s, dense_ms=1e3 * t_d, speedup=t_d / t_s,
+    return dict(tokens=tokens, device=str(device), sparse_ms=1e3 * t_s, dense_ms=1e3 * t_d, speedup=t_d / t_s,
                 sparse_bytes=sparse_bytes, dense_bytes=dense_bytes, bytes_ratio=dense_bytes / sparse_bytes)
 
 

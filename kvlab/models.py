@@ -13,8 +13,9 @@ from pathlib import Path
 
 from .checks import need_int, need_type
 from .errors import ConfigError, UnknownModelError
+from .resources import package_dir
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DATA_DIR = package_dir("data")  # data/ at the repository top, package data in a wheel
 CATALOG_DIR = DATA_DIR / "models"
 
 MAX_LAYERS = 100_000  # far beyond any published model (hundreds); a layout holds one entry per layer

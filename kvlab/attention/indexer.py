@@ -60,7 +60,8 @@ def candidate_pool(scores: torch.Tensor, blocks: int, block_size: int) -> torch.
     pad = scores.new_full((*scores.shape[:-1], nb * block_size - n), float("-inf"))
     bs = torch.cat([scores, pad], -1).unflatten(-1, (nb, block_size)).amax(-1)  # [..., nb]
     top = bs.sort(dim=-1, descending=True, stable=True).indices[..., :min(blocks, nb)].sort(-1).values  # [..., b]
-    pos = (top[..., None] * block_size + torch.arange(block_size)).flatten(-2)  # [..., b * block_size]
+    offsets = torch.arange(block_size, device=top.device)  # on the scores' device (CUDA too)
+    pos = (top[..., None] * block_size + offsets).flatten(-2)  # [..., b * block_size]
     return torch.where(pos < n, pos, torch.full_like(pos, -1))  # [..., b * block_size]
 
 

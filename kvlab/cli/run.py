@@ -21,7 +21,8 @@ def cmd_run(args):
     from ..nb.runner import RunInterrupted, run_notebooks, summary_table
     params = {k: _param_value(v) for k, v in (args.param or [])}
     try:
-        run_dir, runs = run_notebooks(args.notebooks, params, args.out, log=lambda m: print(m, file=sys.stderr))
+        run_dir, runs = run_notebooks(args.notebooks, params, args.out, log=lambda m: print(m, file=sys.stderr),
+                                      progress=True)
     except RunInterrupted as e:
         print(f"kvlab: interrupted ({e.signal_name}): {e.run_dir} holds a partial run, marked interrupted",
               file=sys.stderr)

@@ -25,10 +25,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..errors import ParameterError, WrongTypeError
+from ..resources import package_dir
 from .record import INTERRUPTED_TAG, read_results
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOK_DIR = ROOT / "notebooks"
+NOTEBOOK_DIR = package_dir("notebooks")  # notebooks/ at the repository top, package data in a wheel
+QUIET_KERNEL = ["--IPKernelApp.log_level=ERROR"]  # no kernel warnings ("running over TCP without encryption")
 
 
 @dataclass
@@ -298,8 +300,9 @@ def _stop_kernels() -> None:
 
 
 def run_notebooks(names: list[str] | None = None, parameters: dict | None = None, out_root: str | Path = "runs",
-                  kernel: str | None = None, log=print) -> tuple[Path, list[NotebookRun]]:
-    """Execute notebooks into a new run folder; returns (folder, outcomes). Never raises for a failing notebook."""
+                  kernel: str | None = None, log=print, progress: bool = False) -> tuple[Path, list[NotebookRun]]:
+    """Execute notebooks into a new run folder; returns (folder, outcomes). Never raises for a failing notebook.
+    `progress`: a progress bar over the batch on stderr (when it is a terminal), the log lines printed above it."""
     import papermill as pm
 
     if parameters is not None and not isinstance(parameters, dict):
@@ -327,11 +330,14 @@ def run_notebooks(names: list[str] | None = None, parameters: dict | None = None
     old_term = signal.signal(signal.SIGTERM, _raise_on_sigterm) if main else None
     runs: list[NotebookRun] = []
     current = None
+    bar, log = _progress(len(paths), progress, log)
     try:
         for p in paths:
             current = p
+            bar.set_description(p.stem)
             runs.append(_run_one(pm, p, run_dir, {k: v for k, v in parameters.items() if k in declared[p]},
                                  kernel, log))
+            bar.update(1)
             current = None
     except KeyboardInterrupt as e:
         _stop_kernels()
@@ -349,6 +355,7 @@ def run_notebooks(names: list[str] | None = None, parameters: dict | None = None
         log(f"interrupted: {run_dir} is marked so; {root / 'latest'} still points at the last finished run")
         raise RunInterrupted(run_dir, current.stem if current else None, sig) from None
     finally:
+        bar.close()
         if main:
             signal.signal(signal.SIGTERM, old_term)
     _finish(run_dir, run_info, runs, parameters, kernel, "failed" if any(r.status != "ok" for r in runs) else "ok")
@@ -356,22 +363,38 @@ def run_notebooks(names: list[str] | None = None, parameters: dict | None = None
     return run_dir, runs
 
 
+def _progress(total: int, on: bool, log):
+    """(bar, log): a tqdm bar over `total` notebooks (none unless `on` and stderr is a terminal), and a log that
+    prints above it."""
+    import sys
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, unit="notebook", file=sys.stderr, disable=None if on else True, dynamic_ncols=True)
+
+    def above(message):
+        with tqdm.external_write_mode(file=sys.stderr):
+            log(message)
+    return bar, above
+
+
 def _run_one(pm, p: Path, run_dir: Path, params: dict, kernel: str, log) -> NotebookRun:
     out = run_dir / p.name
-    log(f"running {p.stem} {params or ''}".rstrip())
     t0 = time.perf_counter()
     status, error = "ok", ""
     try:
         pm.execute_notebook(str(p), str(out), parameters=params, kernel_name=kernel, cwd=str(p.parent),
                             progress_bar=False, log_output=False, kernel_manager_class=_kernel_manager_class(),
-                            shutdown_kernel="immediate")  # outputs are in; on Ctrl-C, no kernel outlives us
+                            shutdown_kernel="immediate",  # outputs are in; on Ctrl-C, no kernel outlives us
+                            extra_arguments=QUIET_KERNEL)
     except Exception as e:  # papermill raises PapermillExecutionError with the cell's error
         status = "failed"
         error = (getattr(e, "ename", "") + ": " + str(getattr(e, "evalue", "")) if hasattr(e, "ename")
                  else f"{type(e).__name__}: {e}").strip().splitlines()[0][:300]
     results = read_results(out) if out.exists() else {}
-    log(f"  {status}" + (f": {error}" if error else ""))
-    return NotebookRun(p.stem, status, str(out), results, error, time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    log(f"{status:<6} {seconds:6.1f} s  {p.stem}" + (f" {params}" if params else "") + (f": {error}" if error else ""))
+    return NotebookRun(p.stem, status, str(out), results, error, seconds)
 
 
 def _finish(run_dir: Path, run_info: dict, runs: list[NotebookRun], parameters: dict, kernel: str, status: str,

@@ -1,0 +1,189 @@
+"""The README's pictures: figures taken from a run's executed notebooks into docs/figures/, captions from its results.
+
+`python -m kvlab.nb.figures` (`make figures`) reads runs/latest (running the notebooks it lacks through
+`kvlab.nb.runner` first), writes each figure's PNG exactly as the notebook rendered it, and rewrites the README block
+between FIGURES_START and FIGURES_END: one image and one line per figure, the line's numbers read from the run's
+recorded results. A figure whose notebook does not exist yet (08, the memory/quality frontier) is left out until it
+does; the next `make figures` adds it.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+FIGURES_START = "<!-- figures: written by `make figures` (kvlab/nb/figures.py); edit captions there -->"
+FIGURES_END = "<!-- /figures -->"
+SWEEP_START, SWEEP_END = "<!-- sweep: ", "<!-- /sweep -->"  # the README's example sweep table (--sweep DIR)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One README picture."""
+
+    file: str  # docs/figures/<file>.png
+    notebook: str  # notebook prefix ("01")
+    marker: str  # text in the source of the cell that draws it ("" : the notebook's first figure)
+    what: str  # the line under it: what it shows
+    figures: Callable[[dict], str] = lambda r: ""  # a sentence of numbers from the notebook's recorded results
+
+    def caption(self, results: dict) -> str:
+        try:
+            numbers = self.figures(results)
+        except (KeyError, TypeError, ValueError):  # a notebook that records other names: the line alone
+            numbers = ""
+        return f"{self.what}{': ' + numbers if numbers else ''} (notebook {self.notebook})."
+
+
+def _n(v) -> str:
+    if isinstance(v, float):
+        return f"{v:,.6g}" if abs(v) >= 1000 else f"{v:.3g}"
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+
+FIGURES = [
+    Figure("catalog", "01", "across the catalog and number formats",
+           "KV bytes per token of every catalog model, in its own storage format and in each compared number format",
+           lambda r: f"Qwen3-8B stores {_n(r['bytes_per_token'])} B per token, DeepSeek V4.1-Flash "
+                     f"{_n(r['catalog_bytes_per_token']['deepseek-v4.1-flash'])}"),
+    Figure("deepseek-890", "02", "ways, against",
+           "DeepSeek V4.1-Flash's KV bytes per token against V4-Flash counted in BF16, in its storage format and as "
+           "vLLM lays it out (unpadded, page-padded)",
+           lambda r: f"{_n(r['bytes_per_token'])} B against {_n(min(r['baseline_bytes_per_token'].values()))} to "
+                     f"{_n(max(r['baseline_bytes_per_token'].values()))} B"),
+    Figure("frontier", "08", "frontier",
+           "Memory against quality: bytes per token of each KV format against the quality it keeps"),
+    Figure("sessions-per-gpu", "06", "sessions per GPU (log)",
+           "Sessions that fit on one GPU per model, GPU and session length, weights and bounded state counted",
+           lambda r: "at 1M tokens an H200 holds " + ", ".join(
+               f"{m} {r['sessions_per_gpu'][f'{m}|H200|1000000']}"
+               for m in ("qwen3-8b", "deepseek-v4-flash", "deepseek-v4.1-flash"))),
+    Figure("hit-rate", "07", "prefix_hit_curve",
+           "Prefix-hit share of prompt tokens against LRU cache capacity on a request trace, one curve per model",
+           lambda r: "90% of the best hit rate takes " + ", ".join(
+               f"{_n(gb)} GB for {m}" for m, gb in sorted(r["gb_for_90pct_of_max_hit"].items(), key=lambda kv: kv[1])
+               if gb is not None)),
+]
+
+
+def notebook_figure(path: Path, marker: str) -> bytes | None:
+    """The first PNG output of the first code cell whose source contains `marker` (any figure when empty)."""
+    nb = json.loads(Path(path).read_text())
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code" or marker not in "".join(cell["source"]):
+            continue
+        for out in cell.get("outputs", []):
+            png = out.get("data", {}).get("image/png")
+            if png:
+                return base64.b64decode("".join(png) if isinstance(png, list) else png)
+    return None
+
+
+def _run_results(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / "results.json").read_text())["notebooks"]
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def collect(run_dir: Path, runs_root: Path, log=print) -> dict[str, tuple[Path, dict]]:
+    """notebook prefix -> (executed notebook, recorded results) for every figure whose notebook exists; notebooks
+    that the run lacks (or that failed there) are run now, into a new run under runs_root."""
+    from .runner import list_notebooks, run_notebooks
+
+    have = {p.stem[:2]: p.stem for p in list_notebooks()}
+    wanted = sorted({f.notebook for f in FIGURES if f.notebook in have})
+    results = _run_results(run_dir)
+    found = {}
+    for n in wanted:
+        stem = have[n]
+        if results.get(stem, {}).get("status") == "ok" and (run_dir / f"{stem}.ipynb").is_file():
+            found[n] = (run_dir / f"{stem}.ipynb", results[stem]["results"])
+    missing = [n for n in wanted if n not in found]
+    if missing:
+        log(f"figures: running {', '.join(have[n] for n in missing)} (not in {run_dir})")
+        new_dir, runs = run_notebooks(missing, out_root=runs_root, log=log)
+        for r in runs:
+            if r.status != "ok":
+                raise SystemExit(f"figures: {r.name} failed ({r.error}); see {new_dir}")
+            found[r.name[:2]] = (Path(r.output), r.results)
+    return found
+
+
+def write(run_dir: Path, out_dir: Path, readme: Path | None, runs_root: Path, log=print) -> list[Path]:
+    found = collect(run_dir, runs_root, log)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written, block = [], []
+    for f in FIGURES:
+        if f.notebook not in found:
+            log(f"figures: {f.file}: notebook {f.notebook} does not exist yet; its slot stays empty")
+            continue
+        path, results = found[f.notebook]
+        png = notebook_figure(path, f.marker) or notebook_figure(path, "")
+        if png is None:
+            raise SystemExit(f"figures: {path} has no figure")
+        target = out_dir / f"{f.file}.png"
+        target.write_bytes(png)
+        written.append(target)
+        rel = target.resolve().relative_to(readme.resolve().parent) if readme else target
+        block += [f"![{f.file}]({rel.as_posix()})", f"*{f.caption(results)}*", ""]
+        log(f"figures: {target} from {path}")
+    if readme is not None:
+        text = readme.read_text()
+        if FIGURES_START not in text or FIGURES_END not in text:
+            raise SystemExit(f"figures: {readme} has no figures block ({FIGURES_START} ... {FIGURES_END})")
+        head, rest = text.split(FIGURES_START, 1)
+        tail = rest.split(FIGURES_END, 1)[1]
+        readme.write_text(head + FIGURES_START + "\n" + "\n".join(block) + FIGURES_END + tail)
+    return written
+
+
+def sweep_table(folder: Path, width: int = 40) -> str:
+    """A sweep's table as Markdown: parameters, status and the recorded results short enough to read."""
+    import pandas as pd
+
+    df = pd.read_csv(Path(folder) / "results.csv", keep_default_na=False, dtype=str)
+    df = df.drop(columns=[c for c in ("error", "folder") if c in df.columns])
+    df = df[[c for c in df.columns if df[c].str.len().max() <= width]]
+
+    def cell(v: str) -> str:
+        return f"{int(v):,}" if v.lstrip("-").isdigit() else (v or '""')
+
+    rows = [" | ".join(df.columns), " | ".join("---" for _ in df.columns)]
+    rows += [" | ".join(cell(v) for v in r) for r in df.itertuples(index=False)]
+    return "\n".join(f"| {r} |" for r in rows)
+
+
+def write_sweep(folder: Path, readme: Path) -> None:
+    """Rewrite the README's sweep block with the table of the sweep in `folder`."""
+    text = readme.read_text()
+    if SWEEP_START not in text or SWEEP_END not in text:
+        raise SystemExit(f"figures: {readme} has no sweep block ({SWEEP_START}... {SWEEP_END})")
+    head, rest = text.split(SWEEP_START, 1)
+    command, rest = rest.split("\n", 1)
+    tail = rest.split(SWEEP_END, 1)[1]
+    readme.write_text(f"{head}{SWEEP_START}{command}\n{sweep_table(folder)}\n{SWEEP_END}{tail}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m kvlab.nb.figures", description=__doc__.splitlines()[0])
+    ap.add_argument("--run", default="runs/latest", help="run folder to take figures from (default runs/latest)")
+    ap.add_argument("--out", default="docs/figures", help="folder for the PNGs (default docs/figures)")
+    ap.add_argument("--readme", default="README.md", help="README whose figures block is rewritten ('' : none)")
+    ap.add_argument("--sweep", metavar="DIR", help="instead: put the table of the sweep in DIR into the README")
+    args = ap.parse_args(argv)
+    if args.sweep:
+        write_sweep(Path(args.sweep), Path(args.readme))
+        return 0
+    run_dir = Path(args.run)
+    write(run_dir, Path(args.out), Path(args.readme) if args.readme else None, run_dir.parent,
+          log=lambda m: print(m, file=sys.stderr))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
