@@ -102,7 +102,8 @@ class Stream:
         self.packed = PackedRows(stored, batch * heads, device)
         self.pend = torch.zeros(batch, heads, 0, width, dtype=dtype, device=device)  # [B, H, p, W]
         self.tokens = self.s0 = self.p0 = 0
-        self.fast = device.type == "cpu" and kernels.covers(stored.entry, dtype)  # the compiled decoder applies
+        fast = device.type == "cpu" and kernels.covers(stored.entry, dtype)
+        self.decoder = kernels.Decoder(stored.entry, self.group) if fast else None  # the compiled decoder, if it applies
 
     def _rows(self, x: torch.Tensor) -> torch.Tensor:
         """[B, H, n, W] -> [n / G, B*H, G*W] (a key group channel-major: each channel's G tokens together)."""
@@ -117,9 +118,8 @@ class Stream:
         b, h, w, g = self.batch, self.heads, self.width, self.group
         n, p = self.packed.rows, self.pend.shape[2]
         out = torch.empty(b, h, n * g + p, w, dtype=self.dtype, device=self.pend.device)
-        if n and self.fast:  # compiled: each packed byte read once, each value written in place
-            rows = self.packed.packed()  # [N, B*H, entry B]
-            kernels.decode_into(rows, self.packed.entry, self.packed.tensor_scales, g, out.view(b * h, -1, w))
+        if n and self.decoder is not None:  # compiled: each packed byte read once, each value written in place
+            self.decoder(self.packed.packed(), self.packed.tensor_scales, out.view(b * h, -1, w))
         elif n:  # decoded rows go straight into place (one conversion to the cache's dtype on the way)
             r = self.packed.read()  # [N, B*H, G*W]
             if g == 1:

@@ -50,19 +50,56 @@ def _half(h, bf):
     return -v if h & 0x8000 else v
 
 
+def _bf16(v, one, ubits):
+    """BF16 bits of a float32, rounded to nearest even (c10's rule: NaN -> 0x7FC0)."""
+    one[0] = v
+    u = ubits[0]
+    return 0x7FC0 if (u & 0x7FFFFFFF) > 0x7F800000 else (u + (((u >> 16) & 1) + 0x7FFF)) >> 16
+
+
+def _codes(rows, r, c, lo, hi, bits, buf):
+    """The codes of elements lo .. hi - 1 of row r, copy c into buf[0 .. hi - lo - 1] (lo starts a byte)."""
+    k, byte = 0, (lo * bits) >> 3
+    if bits == 8:
+        for k in range(hi - lo):
+            buf[k] = rows[r, c, byte + k]
+    elif bits == 4:
+        while k < hi - lo:
+            x = rows[r, c, byte]
+            buf[k] = x & 15
+            buf[k + 1] = x >> 4
+            k += 2
+            byte += 1
+    else:  # 2 bits
+        while k < hi - lo:
+            x = rows[r, c, byte]
+            buf[k] = x & 3
+            buf[k + 1] = (x >> 2) & 3
+            buf[k + 2] = (x >> 4) & 3
+            buf[k + 3] = x >> 6
+            k += 4
+            byte += 1
+
+
 def _rows(rows, d, table, scale, bits, block, group, t0, out, bf16, pairs):
     """rows uint8 [N, C, entry B] (codes in the first d bytes); table float32 [2^bits] (code -> value);
     out [C, T, W] (uint16 BF16 bits when bf16, else float32). Scales: `pairs` 1 / 2 = (s, mn) FP16 / BF16
     pairs after the codes, one per block (integer groups); 0 = float32 `scale` [N, C, nb] given, no zero point.
     Group 1: element e of row r goes to token t0 + r, channel e. A key group (channel-major, its blocks are its
-    channels, block == group): element j of block b goes to token t0 + r * group + j, channel b."""
+    channels, block == group): element j of block b goes to token t0 + r * group + j, channel b.
+    Each block's codes are unpacked first; when a block has at least as many elements as there are codes
+    (4-bit and 2-bit groups), each code's output (scaled, shifted, rounded) is computed once per block."""
     n_rows, copies, _ = rows.shape
     nb = scale.shape[2] if pairs == 0 else (rows.shape[2] - d) // 4
     n = nb * block if group > 1 else out.shape[2]
-    mask = (1 << bits) - 1
-    per = 8 // bits  # codes per byte; a block starts on a byte (block x bits is a multiple of 8)
-    vals = np.empty(d * per, np.float32)  # one entry, decoded
-    ub = vals.view(np.uint32)
+    ncodes = 1 << bits
+    lookup = ncodes <= block
+    buf = np.empty(block + 8, np.uint8)  # one block's codes (+ the tail of its last byte)
+    tab = np.empty(ncodes, np.float32)  # a block's output per code
+    tab16 = np.empty(ncodes, np.uint16)
+    vals = np.empty(block, np.float32)
+    one = np.empty(1, np.float32)  # a float's bits, through memory (numba has no scalar bit cast)
+    ubits = one.view(np.uint32)
     for r in range(n_rows):
         for c in range(copies):
             for b in range(nb):
@@ -72,26 +109,53 @@ def _rows(rows, d, table, scale, bits, block, group, t0, out, bf16, pairs):
                     mn = _half(np.uint16(rows[r, c, o + 2]) | (np.uint16(rows[r, c, o + 3]) << 8), pairs == 2)
                 else:
                     s, mn = scale[r, c, b], np.float32(0)
-                for byte in range((b * block * bits) >> 3, (min((b + 1) * block, n) * bits + 7) >> 3):
-                    x = rows[r, c, byte]
-                    for j in range(per):
-                        v = table[(x >> (j * bits)) & mask] * s
-                        vals[byte * per + j] = v + mn if pairs else v  # no + 0: it would turn -0.0 into +0.0
-            if bf16:  # round to nearest even on the bits; NaN -> 0x7FC0
-                for e in range(n):
-                    u = ub[e]
-                    ub[e] = 0x7FC0 if (u & 0x7FFFFFFF) > 0x7F800000 else (u + (((u >> 16) & 1) + 0x7FFF)) >> 16
-            if group == 1:
-                for e in range(n):
-                    out[c, t0 + r, e] = ub[e] if bf16 else vals[e]
-            else:
-                for w in range(nb):
-                    for j in range(group):
-                        out[c, t0 + r * group + j, w] = ub[w * group + j] if bf16 else vals[w * group + j]
+                lo = b * block
+                m = min(lo + block, n) - lo
+                _codes(rows, r, c, lo, lo + m, bits, buf)
+                if lookup:
+                    for q in range(ncodes):
+                        v = table[q] * s
+                        tab[q] = v + mn if pairs else v  # no + 0: it would turn -0.0 into +0.0
+                        if bf16:
+                            tab16[q] = _bf16(tab[q], one, ubits)
+                else:
+                    for k in range(m):
+                        v = table[buf[k]] * s
+                        vals[k] = v + mn if pairs else v
+                if group == 1:
+                    t = t0 + r
+                    if lookup and bf16:
+                        for k in range(m):
+                            out[c, t, lo + k] = tab16[buf[k]]
+                    elif lookup:
+                        for k in range(m):
+                            out[c, t, lo + k] = tab[buf[k]]
+                    elif bf16:
+                        for k in range(m):
+                            out[c, t, lo + k] = _bf16(vals[k], one, ubits)
+                    else:
+                        for k in range(m):
+                            out[c, t, lo + k] = vals[k]
+                else:  # block b is channel b of tokens t0 + r * group + k
+                    t = t0 + r * group
+                    if lookup and bf16:
+                        for k in range(m):
+                            out[c, t + k, b] = tab16[buf[k]]
+                    elif lookup:
+                        for k in range(m):
+                            out[c, t + k, b] = tab[buf[k]]
+                    elif bf16:
+                        for k in range(m):
+                            out[c, t + k, b] = _bf16(vals[k], one, ubits)
+                    else:
+                        for k in range(m):
+                            out[c, t + k, b] = vals[k]
 
 
 if ENABLED:
     _half = njit(cache=True, nogil=True)(_half)
+    _bf16 = njit(cache=True, nogil=True)(_bf16)
+    _codes = njit(cache=True, nogil=True)(_codes)
     _rows = njit(cache=True, nogil=True)(_rows)
 
 _TABLES: dict[str, torch.Tensor] = {}
@@ -125,24 +189,38 @@ def covers(entry: Entry, dtype: torch.dtype) -> bool:
     return f.zero_point is None
 
 
+class Decoder:
+    """The compiled decoder set up once for one stream's entry (its format's constants looked up once)."""
+
+    def __init__(self, entry: Entry, group: int):
+        f = entry.parts[0].fmt
+        self.fmt, self.group = f, group
+        self.n = entry.elements  # elements per entry (a key group: G x W)
+        self.d = f.data_bytes(self.n)  # bytes of codes per entry
+        self.table = _table(f.element.name).numpy()
+        self.pairs = (1 if f.scale.name == "fp16" else 2) if f.element.kind == "int" else 0
+        self.block = f.block if f.scope == "block" else self.n
+        self.none = np.empty((0, 0, 0), np.float32)
+
+    def __call__(self, rows: torch.Tensor, tensor_scales, out: torch.Tensor, t0: int = 0) -> None:
+        """Decode packed rows uint8 [N, C, entry B] into out [C, T, W] (BF16 or float32) from token t0 on."""
+        f = self.fmt
+        if self.pairs:  # (s, mn) pairs of one 16-bit type after the codes, read by the loop itself
+            scale = self.none
+        elif f.scope == "tensor":  # one FP32 scale, kept beside the rows
+            s = tensor_scales[0].contiguous().view(torch.float32).reshape(1, 1, 1)
+            scale = s.expand(rows.shape[0], rows.shape[1], 1).numpy()
+        else:  # per block / per token scale bytes after the codes
+            sc = decode_scale_bytes(rows[..., self.d:], f.scale)  # [N, C, nb]
+            if f.tensor_scale is not None:  # NVFP4's second level, folded in as dequantize folds it
+                sc = sc * tensor_scales[0].contiguous().view(torch.float32).reshape(())
+            scale = sc.numpy()
+        bf16 = out.dtype == torch.bfloat16
+        dst = out.view(torch.int16).numpy().view(np.uint16) if bf16 else out.numpy()
+        _rows(rows.numpy(), self.d, self.table, scale, f.element.bits, self.block, self.group, t0, dst, bf16,
+              self.pairs)
+
+
 def decode_into(rows: torch.Tensor, entry: Entry, tensor_scales, group: int, out: torch.Tensor, t0: int = 0) -> None:
     """Decode packed rows uint8 [N, C, entry B] into out [C, T, W] (BF16 or float32) from token t0 on."""
-    f = entry.parts[0].fmt
-    n = entry.elements
-    d = f.data_bytes(n)
-    nrows, copies = rows.shape[:2]
-    scale, pairs, block = torch.empty(0, 0, 0), 0, f.block
-    if f.element.kind == "int":  # (s, mn) pairs of one 16-bit type after the codes, read by the loop itself
-        pairs = 1 if f.scale.name == "fp16" else 2
-    elif f.scope == "tensor":  # one FP32 scale, kept beside the rows
-        s = tensor_scales[0].contiguous().view(torch.float32).reshape(1, 1, 1)
-        scale, block = s.expand(nrows, copies, 1), n
-    else:  # per block / per token scale bytes after the codes
-        scale = decode_scale_bytes(rows[..., d:], f.scale)  # [N, C, nb]
-        block = f.block if f.scope == "block" else n
-        if f.tensor_scale is not None:  # NVFP4's second level, folded in as dequantize folds it
-            scale = scale * tensor_scales[0].contiguous().view(torch.float32).reshape(())
-    bf16 = out.dtype == torch.bfloat16
-    dst = out.view(torch.int16).numpy().view(np.uint16) if bf16 else out.numpy()
-    _rows(rows.numpy(), d, _table(f.element.name).numpy(), scale.numpy(), f.element.bits, block,
-          group, t0, dst, bf16, pairs)
+    Decoder(entry, group)(rows, tensor_scales, out, t0)
