@@ -25,6 +25,7 @@ def register(sub) -> None:
     p.add_argument("--task", default=None, help="also score a task: mqar, needle or vartrack")
     p.add_argument("--samples", type=count("--samples"), default=8, help="task samples")
     p.add_argument("--decode-steps", type=count("--decode-steps"), default=32, help="timed decode steps")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda (auto: cuda when available)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_eval)
 
@@ -36,7 +37,7 @@ def cmd_eval(args) -> int:
         raise ParameterError("give --kv-format, or --k-format and --v-format, not both")
     r = evaluate(args.model, args.kv_format, args.k_format, args.v_format, args.residual, args.mechanism,
                  tokens=args.tokens, task=args.task, samples=args.samples, chunk=args.chunk, block=args.block,
-                 decode_steps=args.decode_steps)
+                 decode_steps=args.decode_steps, device=args.device)
     if args.json:
         print(json.dumps(r.as_dict(), indent=2))
         return 0

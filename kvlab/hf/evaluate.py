@@ -162,6 +162,7 @@ class Pass:
 def run_pass(model, ids: torch.Tensor, cache, chunk: int) -> Pass:
     """Feed ids [B, T] through `cache` in chunks; score every next token."""
     need_int("chunk", chunk, 1)
+    ids = ids.to(model.device)
     t = ids.shape[1]
     nll, preds = 0.0, []
     with torch.no_grad():
@@ -174,7 +175,7 @@ def run_pass(model, ids: torch.Tensor, cache, chunk: int) -> Pass:
                 nll += float(torch.nn.functional.cross_entropy(logits[:, :n].reshape(-1, logits.shape[-1]),
                                                                target.reshape(-1), reduction="sum"))
     pred = cache.predicted_bytes() if hasattr(cache, "predicted_bytes") else None
-    return Pass(nll, ids.shape[0] * (t - 1), torch.cat(preds, dim=1), held_bytes(cache), pred)
+    return Pass(nll, ids.shape[0] * (t - 1), torch.cat(preds, dim=1).cpu(), held_bytes(cache), pred)
 
 
 def perplexity(p: Pass) -> float:
@@ -201,13 +202,17 @@ def decode_rate(model, make: Callable[[], object], ids: torch.Tensor, prompt: in
     if ids.shape[1] < prompt + steps:
         raise ParameterError(f"decode timing needs {prompt + steps} tokens of text, got {ids.shape[1]}")
     rates = []
+    ids = ids.to(model.device)
+    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
     with torch.no_grad():
         for _ in range(repeats):
             cache = make()
             model(ids[:, :prompt], cache=cache, use_cache=True)
+            sync()
             t0 = time.perf_counter()
             for i in range(prompt, prompt + steps):
                 model(ids[:, i:i + 1], cache=cache, use_cache=True)
+            sync()
             rates.append(steps / (time.perf_counter() - t0))
     return rates
 
@@ -256,10 +261,11 @@ def heldout_ids(encode, tokens: int) -> tuple[torch.Tensor, str]:
 
 def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: int = 0, mechanism=None,
              tokens: int = 512, task: str | None = None, samples: int = 8, task_tokens: int | None = None,
-             chunk: int = 32, block: int = 1, decode_steps: int = 32, repeats: int = 3, seed: int = 0, model=None,
-             tokenizer=None) -> EvalResult:
+             chunk: int = 32, block: int = 1, decode_steps: int = 32, repeats: int = 3, seed: int = 0,
+             device: str = "auto", model=None, tokenizer=None) -> EvalResult:
     """Perplexity, task accuracy, bytes and decode speed of a model with a kvlab cache, against BF16 DynamicCache.
     Arguments are checked before the model loads, so a bad one costs nothing."""
+    from ..cache.memory import resolve_device
     from ..layout import kv_plan
     from .cache import make_cache
     from .mechanisms import parse_mechanism
@@ -271,8 +277,10 @@ def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: 
     if task is not None:
         from ..train.tasks import get_task
         get_task(task)
+    dev = resolve_device(device)
     if model is None:
         model, tokenizer = load(name)
+    model.to(dev)
     encode = encoder(tokenizer, model.config.vocab_size)
 
     def kv():
