@@ -61,7 +61,7 @@ class Engine:
             return c.max_entries
         if c.state:
             return 1
-        return cdiv(self.block_tokens, c.ratio)
+        return cdiv(self.block_tokens, c.tokens_per_entry)
 
     def page_bytes(self, c: Component) -> int:
         """Bytes of one page of component c (one layer)."""
@@ -78,9 +78,9 @@ class Engine:
         if c.tail_of is not None or c.state:  # one buffer page while anything is pending / from the first token
             return 1 if c.entries(tokens) else 0
         if c.window is not None:  # a window of W tokens touches at most ceil((W-1)/B) + 1 blocks
-            w = min(tokens, c.window)
+            w = c.held_tokens(tokens)
             return 0 if w == 0 else cdiv(w - 1, self.block_tokens) + 1
-        return cdiv(tokens, self.block_tokens * c.interleave)  # interleaved: this rank's pages
+        return cdiv(c.held_tokens(tokens), self.block_tokens * c.interleave)  # interleaved: this rank's pages
 
 
 EXACT = Engine("exact", source="the layout's own bytes, nothing rounded")
@@ -180,7 +180,7 @@ class Allocation:
         e = self.engine
         grow = sum(e.pages(c, tokens) * e.page_bytes(c) for _, c in self.layout.components(True))
         bound = sum(e.pages(c, tokens) * e.page_bytes(c) for _, c in self.layout.components(False))
-        return SessionBytes(tokens, grow, bound + (self.layout.tensor_bytes if tokens else 0))
+        return SessionBytes(tokens, grow, bound + self.layout.tensor_bytes_at(tokens))
 
     def explain(self) -> list[str]:
         lines = self.layout.explain()
@@ -191,7 +191,7 @@ class Allocation:
                      + (f", pages rounded up to a multiple of {e.page_align} B" if e.page_align > 1 else ""))
         seen = {}
         for layer, c in self.layout.components(True):
-            key = (c.role, c.ratio, c.entry_bytes, c.interleave)
+            key = (c.role, c.tokens_per_entry, c.entry_bytes, c.interleave)
             seen.setdefault(key, [0, c])[0] += 1
         total = Fraction(0)
         for (role, ratio, eb, inter), (n, c) in seen.items():

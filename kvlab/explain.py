@@ -40,7 +40,7 @@ def groups(layout):
     out: dict[tuple, list[int]] = defaultdict(list)
     entries = {}
     for layer, c in layout.components(True):
-        key = (c.role, c.entry.nbytes, c.entry.format_name, c.copies, c.ratio, c.interleave)
+        key = (c.role, c.entry.nbytes, c.entry.format_name, c.copies, c.tokens_per_entry, c.interleave)
         out[key].append(layer.index)
         entries[(c.role, c.entry.nbytes, c.entry.format_name)] = c.entry
     return out, entries

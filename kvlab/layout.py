@@ -20,14 +20,18 @@ Schemes say which format each component takes:
 `kv_format` overrides the format of every cached attention component with one uniform format;
 `k_format` / `v_format` give keys and values their own (an MLA latent counts as keys, its RoPE key
 as values). A `Shard` selects the part one GPU holds under tensor, decode-context and pipeline
-parallelism (kvlab.serving.parallel).
+parallelism (kvlab.serving.parallel). Dense and MLA layouts also take a `KVPlan` beyond formats:
+KIVI key groups (integer keys per channel over G tokens), a full-precision residual of recent tokens,
+and per-layer overrides -- what `kvlab.hf`'s transformers cache stores, predicted here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from .checks import cdiv, need_int
+import math
+
+from .checks import cdiv, need_choice, need_int
 from .errors import ParameterError
 from .formats import Format, get_format
 from .models import ModelSpec, load_model
@@ -84,12 +88,31 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class Residual:
+    """A full-precision residual (KIVI): the most recent `tokens` tokens wait unquantized in the model's
+    dtype, and older tokens move into the quantized store `block` at a time, so between `tokens` and
+    `tokens + block - 1` tokens wait (all of them while fewer have been seen)."""
+
+    tokens: int  # R: recent tokens always kept in full precision
+    block: int = 1  # tokens quantized together (a multiple of a KIVI key group's G)
+
+    def quantized(self, tokens: int) -> int:
+        """Tokens in the quantized store after `tokens` tokens."""
+        return max(tokens - self.tokens, 0) // self.block * self.block
+
+    @property
+    def max_pending(self) -> int:
+        """Most tokens ever waiting in full precision."""
+        return self.tokens + self.block - 1
+
+
+@dataclass(frozen=True)
 class Component:
     """One kind of state a layer caches: growing (every token or every m-th), a sliding window, the
     tail of a compressed component (its < m pending tokens), or a fixed-size state (a linear-attention
     or SSM layer's convolution and recurrent state: one per sequence, whatever its length)."""
 
-    role: str  # "k", "v", "latent", "index", "main", "swa", "tail", "state"
+    role: str  # "k", "v", "latent", "index", "main", "swa", "tail", "state", "k_residual", ...
     entry: Entry  # what one stored entry is
     copies: int = 1  # entries per stored position (KV heads)
     ratio: int = 1  # tokens per entry (1 = every token; m = compressed; a tail: its owner's m)
@@ -97,18 +120,23 @@ class Component:
     tail_of: str | None = None  # a compressor tail: role of the compressed component whose pending tokens it holds
     state: bool = False  # a fixed-size per-sequence state (held from the first token on, never grows)
     interleave: int = 1  # decode-context-parallel ranks its entries are interleaved over (this GPU keeps 1 in n)
+    group: int = 1  # tokens packed side by side into one entry (KIVI keys: G tokens x D channels, per channel)
+    residual: Residual | None = None  # the split between a quantized store and its full-precision residual
+    pending: bool = False  # this component is the residual: it holds the tokens not yet quantized
+    partial: bool = True  # a partly filled compressed entry is held (ceil); False: complete entries only (floor)
 
     def __post_init__(self):
         if self.tail_of is not None and (self.ratio < 2 or self.window is not None):
             raise ParameterError(f"a tail of {self.tail_of!r} needs its owner's ratio m >= 2 and no window, "
                                  f"got ratio {self.ratio}, window {self.window}")
-        if self.window is not None and self.ratio != 1:
-            raise ParameterError(f"{self.role}: a windowed component keeps tokens (ratio 1), got ratio {self.ratio}")
+        if self.window is not None and self.tokens_per_entry != 1:
+            raise ParameterError(f"{self.role}: a windowed component keeps tokens one by one (ratio 1, group 1), "
+                                 f"got ratio {self.ratio}, group {self.group}")
         if self.state and (self.window is not None or self.tail_of is not None or self.ratio != 1):
             raise ParameterError(f"{self.role}: a fixed-size state has no window, tail or ratio")
-        if self.interleave != 1 and not self.grows:
-            raise ParameterError(f"{self.role}: only growing components are interleaved over context-parallel "
-                                 f"ranks, got interleave {self.interleave} on a bounded one")
+        if self.interleave != 1 and (not self.grows or self.residual is not None):
+            raise ParameterError(f"{self.role}: only growing components without a residual are interleaved over "
+                                 f"context-parallel ranks, got interleave {self.interleave}")
 
     @property
     def key(self) -> str:
@@ -117,7 +145,11 @@ class Component:
 
     @property
     def grows(self) -> bool:
-        return self.window is None and self.tail_of is None and not self.state
+        return self.window is None and self.tail_of is None and not self.state and not self.pending
+
+    @property
+    def tokens_per_entry(self) -> int:
+        return self.ratio * self.group
 
     @property
     def entry_bytes(self) -> int:
@@ -125,27 +157,39 @@ class Component:
 
     @property
     def bytes_per_token(self) -> Fraction:
-        return Fraction(self.entry_bytes, self.ratio * self.interleave) if self.grows else Fraction(0)
+        return Fraction(self.entry_bytes, self.tokens_per_entry * self.interleave) if self.grows else Fraction(0)
+
+    def held_tokens(self, tokens: int) -> int:
+        """Tokens whose state this component holds after `tokens` tokens (window and residual split applied)."""
+        held = tokens if self.window is None else min(tokens, self.window)
+        if self.residual is not None:
+            waiting = min(tokens - self.residual.quantized(tokens), held)
+            held = waiting if self.pending else held - waiting
+        return held
 
     def entries(self, tokens: int) -> int:
-        """Entries held after `tokens` tokens (a partly filled compressed entry counts: ceil; a tail holds
-        the T mod m tokens not yet closed into an entry; a state is one entry once a token was seen; with
-        entries interleaved over n ranks, the first rank's share: ceil(entries / n))."""
+        """Entries held after `tokens` tokens (a partly filled compressed entry counts: ceil, unless `partial`
+        is False; a tail holds the T mod m tokens not yet closed into an entry; a state is one entry once a
+        token was seen; with entries interleaved over n ranks, the first rank's share: ceil(entries / n))."""
         if self.tail_of is not None:
             return tokens % self.ratio
         if self.state:
             return 1 if tokens else 0
-        if self.window is not None:
-            return min(tokens, self.window)
-        return cdiv(tokens, self.ratio * self.interleave)
+        held = self.held_tokens(tokens)
+        per = self.tokens_per_entry * self.interleave
+        return cdiv(held, per) if self.partial else held // per
 
     @property
     def max_entries(self) -> int | None:
-        """Most entries a bounded component ever holds (window W, tail m - 1, state 1); None for growing ones."""
+        """Most entries a bounded component ever holds (window W, tail m - 1, state 1, a residual R + block - 1);
+        None for growing ones."""
         if self.tail_of is not None:
             return self.ratio - 1
         if self.state:
             return 1
+        if self.pending:
+            most = self.residual.max_pending
+            return cdiv(most if self.window is None else min(most, self.window), self.tokens_per_entry)
         return self.window
 
     def bytes_at(self, tokens: int) -> int:
@@ -268,12 +312,18 @@ class Layout:
         """Fixed-size per-sequence state (linear-attention / SSM layers), part of `bounded_bytes`."""
         return sum(c.entry_bytes for _, c in self.components(False) if c.state)
 
-    def session(self, tokens: int) -> SessionBytes:
-        """Exact bytes after `tokens` tokens: growing entries (ceil per compressed entry) + bounded state."""
+    def tensor_bytes_at(self, tokens: int) -> int:
+        """Per-tensor scales held after `tokens` tokens: a component's set exists once it holds an entry."""
+        return sum(c.entry.tensor_bytes for _, c in self.components() if c.entries(tokens))
+
+    def session(self, tokens: int, batch: int = 1) -> SessionBytes:
+        """Exact bytes after `tokens` tokens: growing entries (ceil per compressed entry) + bounded state.
+        `batch` sequences of that length in one cache share its per-tensor scales."""
         tokens = check_tokens(tokens)
+        batch = need_int("batch", batch, 1)
         grow = sum(c.bytes_at(tokens) for _, c in self.components(True))
         bound = sum(c.bytes_at(tokens) for _, c in self.components(False))
-        return SessionBytes(tokens, grow, bound + (self.tensor_bytes if tokens else 0))
+        return SessionBytes(tokens, batch * grow, batch * bound + self.tensor_bytes_at(tokens))
 
     @property
     def entries_per_token(self) -> Fraction:
@@ -308,35 +358,150 @@ def check_tokens(tokens) -> int:
 
 def kv_formats(kv_format=None, k_format=None, v_format=None) -> KVFormats:
     """The format overrides: `kv_format` for keys and values alike, or `k_format` / `v_format` apart."""
+    p = kv_plan(kv_format, k_format, v_format)
+    return KVFormats(p.k_format, p.v_format)
+
+
+KEY_AXES = ("token", "channel")
+
+
+@dataclass(frozen=True)
+class KVPlan:
+    """How one dense or MLA layer stores what transformers caches as keys and values (MLA: the latent
+    and the RoPE key): their formats, KIVI key grouping, and a full-precision residual."""
+
+    k_format: Format | None = None  # keys / the MLA latent (None: the scheme's format)
+    v_format: Format | None = None  # values / the MLA RoPE key (None: the scheme's format)
+    residual: int = 0  # most recent tokens kept unquantized, in the model's dtype (KIVI's R)
+    block: int = 1  # tokens quantized together once they leave the residual
+    key_axis: str = "token"  # "channel": integer keys grouped per channel over G tokens (KIVI)
+    value_axis: str = "token"  # "channel": integer values grouped the same way (transformers' QuantizedCache)
+
+    @property
+    def formats_only(self) -> bool:
+        """Nothing beyond K and V formats (no residual, block or channel groups): the families' own builders."""
+        return self.residual == 0 and self.block == 1 and not self.key_groups and not self.value_groups
+
+    @property
+    def uniform(self) -> bool:
+        """One format for K and V, nothing held back: what a plain `kv_format` describes."""
+        return self.formats_only and self.k_format == self.v_format
+
+    @property
+    def key_groups(self) -> bool:
+        return self.key_axis == "channel" and self.k_format is not None and self.k_format.element.kind == "int"
+
+    @property
+    def value_groups(self) -> bool:
+        return self.value_axis == "channel" and self.v_format is not None and self.v_format.element.kind == "int"
+
+    def label(self) -> str:
+        """A short name: 'nvfp4', 'k=int4 v=int2 residual=128', ..."""
+        if self.uniform:
+            return self.k_format.name if self.k_format else "default"
+        out = [f"k={self.k_format.name if self.k_format else 'default'}"
+               + ("/channel" if self.key_groups else ""),
+               f"v={self.v_format.name if self.v_format else 'default'}" + ("/channel" if self.value_groups else "")]
+        out += [f"residual={self.residual}"] if self.residual else []
+        out += [f"block={self.block}"] if self.block > 1 else []
+        return " ".join(out)
+
+
+def kv_plan(kv_format=None, k_format=None, v_format=None, residual: int = 0, block: int = 1,
+            key_axis: str = "token", value_axis: str = "token") -> KVPlan:
+    """A validated KVPlan: `kv_format` for both K and V, or `k_format` / `v_format` separately."""
     if kv_format is not None and (k_format is not None or v_format is not None):
         raise ParameterError("give kv_format, or k_format and/or v_format, not both")
-    if kv_format is not None:
-        f = get_format(kv_format)
-        return KVFormats(f, f)
-    return KVFormats(None if k_format is None else get_format(k_format),
-                     None if v_format is None else get_format(v_format))
+    k = get_format(k_format if kv_format is None else kv_format) if (k_format or kv_format) is not None else None
+    v = get_format(v_format if kv_format is None else kv_format) if (v_format or kv_format) is not None else None
+    return KVPlan(k, v, need_int("residual", residual, 0), need_int("block", block, 1),
+                  need_choice("key_axis", key_axis, KEY_AXES), need_choice("value_axis", value_axis, KEY_AXES))
+
+
+PLAN_OPTIONS = ("kv_format", "k_format", "v_format", "residual", "block", "key_axis", "value_axis")
+
+
+def layer_plans(spec: ModelSpec, base: dict, per_layer: dict | None) -> tuple[KVPlan, ...]:
+    """One KVPlan per layer: the defaults in `base`, overridden per layer by per_layer[i] (a dict of
+    kv_plan's arguments, or a KVPlan)."""
+    per_layer = per_layer or {}
+    if not isinstance(per_layer, dict):
+        raise ParameterError(f"per_layer must map layer indices to overrides, got {type(per_layer).__name__}")
+    for i in per_layer:
+        need_int("per_layer layer index", i, 0, spec.num_layers - 1)
+    plans = []
+    for i in range(spec.num_layers):
+        o = per_layer.get(i, {})
+        if isinstance(o, KVPlan):
+            plans.append(o)
+            continue
+        if not isinstance(o, dict):
+            raise ParameterError(f"per_layer[{i}] must be a dict of kv_plan arguments or a KVPlan, got {o!r}")
+        args = dict(base)
+        if args.get("kv_format") is not None:  # expand, so a per-layer k_format keeps the default v_format
+            args["k_format"] = args["v_format"] = args.pop("kv_format")
+        if o.get("kv_format") is not None:
+            args.pop("k_format", None), args.pop("v_format", None)
+        unknown = set(o) - set(PLAN_OPTIONS)
+        if unknown:
+            raise ParameterError(f"per_layer[{i}]: unknown option(s) {', '.join(sorted(unknown))}; known: "
+                                 f"{', '.join(PLAN_OPTIONS)}")
+        args.update(o)
+        plans.append(kv_plan(**args))
+    return tuple(plans)
+
+
+def split_residual(spec: ModelSpec, role: str, stored: Entry, elements: int, copies: int, window: int | None,
+                   plan: KVPlan, waiting_fmt: Format, group: int = 1) -> tuple[Component, ...]:
+    """The stored component of `role` and, when tokens wait unquantized, its residual (in `waiting_fmt`, the
+    model's dtype)."""
+    block = plan.block if group == 1 else math.lcm(plan.block, group)
+    if plan.residual == 0 and block == 1:
+        return (Component(role, stored, copies, window=window),)
+    res = Residual(plan.residual, block)
+    waiting = Entry((Part(role, elements, waiting_fmt),))
+    return (Component(role, stored, copies, window=window, group=group, residual=res),
+            Component(f"{role}_residual", waiting, copies, window=window, residual=res, pending=True))
 
 
 def build_layout(model: str | ModelSpec, scheme: str = "storage", kv_format: str | Format | None = None, *,
                  k_format: str | Format | None = None, v_format: str | Format | None = None,
-                 shard: Shard | None = None) -> Layout:
+                 shard: Shard | None = None, residual: int = 0, block: int = 1, key_axis: str = "token",
+                 value_axis: str = "token", per_layer: dict | None = None) -> Layout:
     """The cache layout of a model (catalog name, config path, Hub id or spec) under a scheme and format;
-    with `shard`, the part one GPU holds (its stage's layers, its share of heads and of interleaved tokens)."""
+    with `shard`, the part one GPU holds (its stage's layers, its share of heads and of interleaved tokens).
+
+    Dense and MLA models also take KIVI key groups (key_axis="channel"), a full-precision residual of
+    `residual` recent tokens quantized `block` at a time, and per-layer overrides {layer: {option: value}}
+    of any of these (see `KVPlan`): the layout of kvlab.hf's transformers cache."""
     spec = load_model(model)
     if scheme not in SCHEMES:
         raise ParameterError(f"unknown layout scheme {scheme!r}; choose one of {', '.join(SCHEMES)}")
-    fmts = kv_formats(kv_format, k_format, v_format)
+    base = dict(kv_format=kv_format, k_format=k_format, v_format=v_format, residual=residual, block=block,
+                key_axis=key_axis, value_axis=value_axis)
+    plan = kv_plan(**base)
     shard = WHOLE if shard is None else shard
     if not isinstance(shard, Shard):
         raise ParameterError(f"shard must be a kvlab.layout.Shard, got {type(shard).__name__}")
     from .families import get_family
     family = get_family(spec.family)
-    layers, notes = family.build(spec, scheme, fmts, shard)
+    if plan.formats_only and not per_layer:
+        fmts = KVFormats(plan.k_format, plan.v_format)
+        layers, notes = family.build(spec, scheme, fmts, shard)
+        label = fmts.label
+    else:
+        if not shard.whole:
+            raise ParameterError("a residual, key groups and per-layer plans describe one GPU's whole cache; "
+                                 "give them without a shard")
+        plans = layer_plans(spec, base, per_layer)
+        layers, notes = family.build_planned(spec, scheme, plans)
+        labels = dict.fromkeys(p.label() for p in plans)
+        label = next(iter(labels)) if len(labels) == 1 else "per-layer"
     if shard.pp > 1:
         from .serving.parallel import stage_layers
         keep = set(stage_layers(spec.num_layers, shard.pp, shard.stage))
         layers = [l for l in layers if l.index in keep]
-    return Layout(spec, scheme, fmts.label, tuple(layers), tuple(notes), shard)
+    return Layout(spec, scheme, label, tuple(layers), tuple(notes), shard)
 
 
 def bytes_per_token(model, scheme: str = "storage", kv_format=None) -> Fraction:

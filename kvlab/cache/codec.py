@@ -36,14 +36,17 @@ def encode(x: torch.Tensor, entry: Entry, tensor_scales: list[torch.Tensor] | No
     return out, scales_out
 
 
-def decode(rows: torch.Tensor, entry: Entry, tensor_scales: list[torch.Tensor] | None) -> torch.Tensor:
-    """Unpack uint8 rows [N, copies, entry.nbytes] into float32 [N, copies, elements]."""
+def decode(rows: torch.Tensor, entry: Entry, tensor_scales: list[torch.Tensor] | None,
+           dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Unpack uint8 rows [N, copies, entry.nbytes] into [N, copies, elements] in `dtype` (decoded in float32)."""
     n, copies, _ = rows.shape
     out, pos = [], 0
     for i, p in enumerate(entry.parts):
         part = rows[..., pos:pos + p.nbytes].reshape(n * copies, p.nbytes)  # [N*C, part B]
         ts = tensor_scales[i] if tensor_scales else None
-        out.append(quantizer.unpack(part, p.fmt, p.elements, ts).reshape(n, copies, p.elements))  # [N, C, n_p]
+        out.append(quantizer.unpack(part, p.fmt, p.elements, ts, dtype).reshape(n, copies, p.elements))  # [N, C, n_p]
         pos += p.nbytes
-    return torch.cat(out, dim=-1) if out else rows.new_zeros(n, copies, 0, dtype=torch.float32)  # [N, C, elements]
+    if len(out) == 1:
+        return out[0]
+    return torch.cat(out, dim=-1) if out else rows.new_zeros(n, copies, 0, dtype=dtype)  # [N, C, elements]
 

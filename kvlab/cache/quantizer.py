@@ -33,13 +33,18 @@ def pack(x: torch.Tensor, fmt: Format, tensor_scale: torch.Tensor | None = None
     return rows, (q.global_scale.reshape(-1) if q.global_scale is not None else None)
 
 
-def unpack(rows: torch.Tensor, fmt: Format, n: int, tensor_scale: torch.Tensor | None = None) -> torch.Tensor:
-    """uint8 [M, fmt.entry_bytes(n)] (+ per-tensor scale bytes) -> float32 [M, n]."""
+def unpack(rows: torch.Tensor, fmt: Format, n: int, tensor_scale: torch.Tensor | None = None,
+           dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """uint8 [M, fmt.entry_bytes(n)] (+ per-tensor scale bytes) -> [M, n] in `dtype` (decoded in float32)."""
     m, d = rows.shape[0], fmt.data_bytes(n)
-    codes = rows[:, :d].clone()  # own storage: a part inside a row starts at any byte offset
+    codes = rows[:, :d]  # decoders read uint8 codes through any strides
+    if fmt.element.bits > 8:  # raw BF16 / FP16 / FP32 bytes are viewed as their dtype: own, aligned storage
+        codes = codes.clone()
     if fmt.scope == "tensor":
         scales, gs = tensor_scale, None
     else:
-        scales, gs = rows[:, d:].clone(), (tensor_scale if fmt.tensor_scale is not None else None)
+        scales, gs = rows[:, d:], (tensor_scale if fmt.tensor_scale is not None else None)
+        if scales.is_contiguous():  # one row: its own, aligned storage (decoders copy strided ones anyway)
+            scales = scales.clone()
     q = QuantizedTensor(fmt=fmt, shape=(m, n), dtype=torch.float32, codes=codes, scales=scales, global_scale=gs)
-    return q.dequantize(torch.float32)
+    return q.dequantize(dtype)

@@ -82,6 +82,12 @@ class Family:
         """(layers, notes) of this family's layout: one LayerCache per decoder layer."""
         raise NotImplementedError
 
+    def build_planned(self, spec: ModelSpec, scheme: str, plans: tuple):
+        """(layers, notes) under one KVPlan per layer (residual, key groups, per-layer formats): what kvlab.hf's
+        transformers cache holds. Dense and MLA families provide it."""
+        raise ParameterError(f"{spec.name}: a residual, key groups and per-layer plans apply to dense and MLA "
+                             f"models, not to a {self.name} model ({self.description})")
+
     def check_shard(self, spec: ModelSpec, shard: Shard) -> None:
         """Refuse a TP / DCP combination the engines refuse (each family adds its own rules)."""
         if shard.tp % shard.dcp:

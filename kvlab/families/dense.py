@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from ..errors import ConfigError, ParameterError
 from ..explain import explain_layout, kv_one_liner
-from ..layout import Component, LayerCache
+from ..layout import Component, Entry, LayerCache, Part, split_residual
 from ..engines import VLLM_DENSE
-from .base import (VLLM_DCP_DOC, VLLM_KV_HEADS, Family, Split, cfg_int, check_heads, dense_engine, head_dim_of,
-                   kv_heads_of, shared_heads)
+from .base import (VLLM_DCP_DOC, VLLM_KV_HEADS, Family, Split, cfg_int, check_heads, dense_engine, dtype_of,
+                   head_dim_of, kv_heads_of, shared_heads)
 from . import register
 
 LAYER_TYPES = {"full_attention": None, "sliding_attention": "window"}  # transformers' layer_types laid out here
@@ -99,6 +99,38 @@ class Dense(Family):
         notes = []
         if any(spec.layer_windows):
             notes.append("sliding-window layers keep only their last `sliding_window` tokens: bounded, not per-token")
+        return layers, notes
+
+    def build_planned(self, spec, scheme, plans):
+        """K and V per layer under its KVPlan: its formats, KIVI groups per channel, a residual."""
+        d = spec.head_dim
+        layers = []
+        for i, w in enumerate(spec.layer_windows or (None,) * spec.num_layers):
+            p = plans[i]
+            comps = []
+            for role, fmt in (("k", p.k_format), ("v", p.v_format)):
+                e = self.entry(spec, scheme, role if fmt else "kv", {"all": d}, fmt)
+                group = 1
+                if p.key_groups if role == "k" else p.value_groups:
+                    if w is not None:
+                        raise ParameterError(
+                            f"{spec.name} layer {i}: per-channel groups of {role.upper()} (KIVI keys) need a growing "
+                            f"cache; a sliding-window layer ({w} tokens) evicts tokens one at a time (use "
+                            f"{'key' if role == 'k' else 'value'}_axis='token' for it)")
+                    group = fmt.block
+                    e = Entry((Part(role, group * d, fmt),))  # G tokens x D channels, channel-major
+                comps += split_residual(spec, role, e, d, spec.num_kv_heads, w, p, dtype_of(spec), group)
+            layers.append(LayerCache(i, "sliding" if w else "full", tuple(comps)))
+        notes = []
+        if any(spec.layer_windows):
+            notes.append("sliding-window layers keep only their last `sliding_window` tokens: bounded, not per-token")
+        if any(p.key_groups or p.value_groups for p in plans):
+            notes.append("integer keys (values) grouped per channel (KIVI): one entry holds G tokens x head_dim, the "
+                         "G tokens of a channel sharing one scale and zero point; an incomplete group waits "
+                         "unquantized")
+        if any(p.residual or p.block > 1 for p in plans):
+            notes.append("a residual holds the most recent tokens unquantized in the model dtype; older tokens are "
+                         "quantized a block at a time")
         return layers, notes
 
     def engine(self, layout, name, page_size=None):

@@ -11,8 +11,10 @@ ranks of a TP group; V3.2's indexer keys stay whole on every rank (SGLang PR #18
 from __future__ import annotations
 
 from ..engines import VLLM_MLA
-from ..layout import Component, LayerCache
-from .base import VLLM_DCP_DOC, VLLM_MLA_TP, Family, Split, cfg_int, dense_engine
+from ..errors import ParameterError
+from ..formats import get_format
+from ..layout import Component, Entry, LayerCache, Part, split_residual
+from .base import VLLM_DCP_DOC, VLLM_MLA_TP, Family, Split, cfg_int, dense_engine, dtype_of
 from . import register
 
 V3_2_INDEXER_DCP = ("sgl-project/sglang PR #18167 (DCP for DeepSeek V3.2): the indexer's K cache is not sharded "
@@ -67,6 +69,33 @@ class Mla(Family):
         notes = ["MLA caches one latent (kv_lora_rank) plus the decoupled RoPE key per token per layer, shared by "
                  "all heads"]
         return [self.layer(spec, scheme, fmts, shard, i) for i in range(spec.num_layers)], notes
+
+    def build_planned(self, spec, scheme, plans):
+        """The latent per layer under its KVPlan: the K format for the latent, the V format for the RoPE key
+        (what transformers caches as keys and values), a residual."""
+        dims = {"latent": spec.kv_lora_rank, "rope": spec.qk_rope_head_dim}
+        base = self.entry(spec, scheme, "latent", dims, None) if scheme != "bf16" else Entry(
+            tuple(Part(n, k, get_format("bf16")) for n, k in dims.items()))
+        layers = []
+        windows = spec.layer_windows or (None,) * spec.num_layers  # (a cache that keeps a window of an MLA model)
+        for i, p in enumerate(plans):
+            if p.key_groups or p.value_groups:
+                raise ParameterError(f"{spec.name}: per-channel groups (KIVI) apply to dense K and V; MLA caches a "
+                                     "latent and a RoPE key, quantized per token (use key_axis='token')")
+            if p.uniform and p.k_format is not None:
+                lat = Entry((Part("latent", sum(dims.values()), p.k_format),))
+            else:
+                fmts = {"latent": p.k_format, "rope": p.v_format}
+                lat = Entry(tuple(Part(q.name, q.elements, fmts.get(q.name) or q.fmt) for q in base.parts),
+                            base.align)
+            comps = list(split_residual(spec, "latent", lat, sum(dims.values()), 1, windows[i], p, dtype_of(spec)))
+            if spec.index_head_dim:
+                comps.append(Component("index", self.entry(spec, scheme, "index", {"all": spec.index_head_dim}, None)))
+            layers.append(LayerCache(i, "mla", tuple(comps)))
+        notes = ["MLA caches one latent (kv_lora_rank) plus the decoupled RoPE key per token per layer, shared by "
+                 "all heads; a K format applies to the latent, a V format to the RoPE key (what transformers caches "
+                 "as keys and values)"]
+        return layers, notes
 
     def engine(self, layout, name, page_size=None):
         return dense_engine(self, layout, name, page_size)

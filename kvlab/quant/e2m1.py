@@ -91,5 +91,7 @@ def unpack_bits(packed: torch.Tensor, bits: int, n: int) -> torch.Tensor:
         return packed[..., :n]
     per = 8 // bits
     mask = (1 << bits) - 1
-    parts = [torch.bitwise_right_shift(packed, bits * j) & mask for j in range(per)]
+    # the lowest code needs no shift and the highest no mask
+    parts = [packed & mask] + [torch.bitwise_right_shift(packed, bits * j) & mask for j in range(1, per - 1)]
+    parts.append(torch.bitwise_right_shift(packed, bits * (per - 1)))
     return torch.stack(parts, dim=-1).reshape(*packed.shape[:-1], -1)[..., :n]

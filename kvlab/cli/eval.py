@@ -1,0 +1,52 @@
+"""`kvlab eval`: a model's perplexity, task accuracy, bytes held and decode speed with a kvlab cache."""
+from __future__ import annotations
+
+import json
+
+from .args import count
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="quality, bytes and speed of a model with a kvlab KV cache against BF16 "
+                                    "DynamicCache")
+    p.add_argument("model", help="a model directory (save_pretrained output) or a Hugging Face Hub id "
+                                 "(HF_HUB_OFFLINE and the local cache are honoured)")
+    p.add_argument("--kv-format", default=None, help="one kvlab format for K and V (default: the model's dtype)")
+    p.add_argument("--k-format", default=None, help="format of keys (MLA: the latent)")
+    p.add_argument("--v-format", default=None, help="format of values (MLA: the RoPE key)")
+    p.add_argument("--residual", type=count("--residual"), default=0,
+                   help="most recent tokens kept unquantized (KIVI's residual)")
+    p.add_argument("--block", type=count("--block"), default=1,
+                   help="tokens quantized together as they leave the residual (faster decoding; they wait in BF16)")
+    p.add_argument("--mechanism", default=None,
+                   help="window=W, topk=K, capped=BxS,topk=K, csa=M,topk=K,window=W or hca=M,window=W")
+    p.add_argument("--tokens", type=count("--tokens"), default=512, help="held-out tokens scored")
+    p.add_argument("--chunk", type=count("--chunk"), default=32, help="tokens per forward (1: token by token)")
+    p.add_argument("--task", default=None, help="also score a task: mqar, needle or vartrack")
+    p.add_argument("--samples", type=count("--samples"), default=8, help="task samples")
+    p.add_argument("--decode-steps", type=count("--decode-steps"), default=32, help="timed decode steps")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda (auto: cuda when available)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_eval)
+
+
+def cmd_eval(args) -> int:
+    from ..errors import ParameterError
+    from ..hf.evaluate import evaluate
+    if args.kv_format and (args.k_format or args.v_format):
+        raise ParameterError("give --kv-format, or --k-format and --v-format, not both")
+    r = evaluate(args.model, args.kv_format, args.k_format, args.v_format, args.residual, args.mechanism,
+                 tokens=args.tokens, task=args.task, samples=args.samples, chunk=args.chunk, block=args.block,
+                 decode_steps=args.decode_steps, device=args.device)
+    if args.json:
+        print(json.dumps(r.as_dict(), indent=2))
+        return 0
+    print(f"{r.model}: {r.kv_format}, {r.mechanism}; {r.tokens:,} tokens of {r.text}, chunks of {r.chunk}")
+    print(f"  perplexity   {r.perplexity:10.4f}   (BF16 DynamicCache {r.reference_perplexity:.4f})")
+    if r.task:
+        print(f"  {r.task:<12} {r.accuracy:10.3f}   (BF16 DynamicCache {r.reference_accuracy:.3f})")
+    print(f"  held bytes   {r.held_bytes:10,}   (predicted {r.predicted_bytes:,}; DynamicCache {r.reference_bytes:,})")
+    lo, hi = r.decode_tokens_per_s_range
+    print(f"  decode       {r.decode_tokens_per_s:10.1f} tokens/s ({lo:.1f}-{hi:.1f}; DynamicCache "
+          f"{r.reference_decode_tokens_per_s:.1f})")
+    return 0

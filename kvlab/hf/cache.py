@@ -1,0 +1,408 @@
+"""A transformers cache that keeps keys and values packed in kvlab formats (issue 11).
+
+`make_cache(model or config, kv_format=..., ...)` returns a `KvlabCache`: a `transformers.Cache` whose
+layers (`KvlabLayer`, a `CacheLayerMixin` as transformers' own `DynamicLayer` and `QuantizedLayer` are)
+store what the model hands `cache.update`:
+
+  dense (Llama, Mistral, Qwen2/3, Gemma 3)  K and V, [B, kv_heads, T, head_dim] each
+  MLA (DeepSeek V2 / V3)                    the latent after kv_a_layernorm as `keys` [B, 1, T, kv_lora_rank]
+                                            and the RoPE key as `values` [B, 1, T, qk_rope_head_dim]
+                                            (transformers 5.24 models/deepseek_v3/modeling_deepseek_v3.py)
+
+Each stream is packed by `kvlab.cache.codec` through `kvlab.quant.quantize` into exact rows
+(`kvlab.hf.store.PackedRows`); the most recent tokens may wait unquantized in a residual, integer keys
+may be grouped per channel over G tokens (KIVI), and every layer can take its own plan. What the layers
+hold is a `kvlab.layout.Layout` of the same config: `nbytes` (measured from the tensors) equals
+`predicted_bytes()` (`Layout.session`) exactly.
+
+Sliding layers keep `sliding_window - 1` tokens between steps, as transformers' `DynamicSlidingWindowLayer`
+does (the next query brings the window to `sliding_window`); the layout is built with that window.
+Attention reads what the cache holds: new tokens are stored first, then every held token is returned
+decoded (an engine's kernel reads its quantized cache the same way), so even a prefill sees quantized K/V.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import torch
+from transformers.cache_utils import Cache, CacheLayerMixin, get_layer_types_and_kwargs
+
+from ..cache.memory import storage_bytes
+from ..errors import ConfigError, ParameterError
+from ..layout import Component, LayerCache, Layout, build_layout, check_tokens
+from ..models import ModelSpec, spec_from_config
+from ..attention.compress import pool_keys
+from ..quant import QuantizeError, quantize
+from .mechanisms import DENSE, KeyLayout, Mechanism, mechanism_layout, parse_mechanism, use_kvlab_attention
+from . import kernels
+from .store import PackedRows
+
+# transformers model types whose attention hands the cache plain K/V (dense) or the MLA latent + RoPE key.
+DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text", "gemma3")
+MLA_TYPES = ("deepseek_v2", "deepseek_v3")
+SUPPORTED = DENSE_TYPES + MLA_TYPES
+LAYER_TYPES = ("full_attention", "sliding_attention")  # transformers layer types a KvlabLayer can stand for
+
+
+def _text_config(config):
+    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+
+
+def check_family(config) -> str:
+    """'dense' or 'mla' for a supported transformers config; a ConfigError naming the type otherwise."""
+    text = _text_config(config)
+    mt = getattr(text, "model_type", None)
+    if mt not in SUPPORTED:
+        raise ConfigError(f"kvlab.hf caches support model types {', '.join(SUPPORTED)}; this model is {mt!r} "
+                          f"({type(text).__name__})")
+    return "mla" if mt in MLA_TYPES else "dense"
+
+
+def hf_spec(config, dtype: torch.dtype, window: int | None = None) -> ModelSpec:
+    """kvlab's spec of a transformers config as its cache holds it: windows of sliding layers are
+    `sliding_window - 1` tokens (DynamicSlidingWindowLayer), the cache dtype is the states' dtype;
+    `window` (a mechanism's) makes every full-attention layer keep `window - 1` tokens too."""
+    text = _text_config(config)
+    types, kwargs = get_layer_types_and_kwargs(text)
+    bad = sorted(set(types) - set(LAYER_TYPES))
+    if bad:
+        raise ConfigError(f"kvlab.hf caches hold full and sliding attention layers; this "
+                          f"{text.model_type} config has layer types {', '.join(bad)}")
+    cfg = json.loads(text.to_json_string())
+    spec = spec_from_config(cfg, cfg.get("_name_or_path") or text.model_type, source="transformers config")
+    windows = tuple(kw["sliding_window"] - 1 if t == "sliding_attention" else (window - 1 if window else None)
+                    for t, kw in zip(types, kwargs))
+    return replace(spec, layer_windows=windows if any(w is not None for w in windows) else (),
+                   torch_dtype=str(dtype).replace("torch.", ""))
+
+
+def _check_formats(layout: Layout) -> None:
+    """Refuse formats kvlab.quant cannot quantize before the first token, naming them."""
+    for _, c in layout.components():
+        for p in c.entry.parts:
+            try:
+                quantize(torch.zeros(1, p.elements), p.fmt, pad=p.fmt.scope == "block")
+            except QuantizeError as e:
+                raise ParameterError(f"format {p.fmt.name} cannot hold a KV cache here: {e}") from None
+
+
+class Stream:
+    """One cached stream of a layer (dense K or V, or the MLA latent with its RoPE key): a packed store
+    of quantized tokens, then a residual of the newest tokens in the model's dtype.
+
+    Positions: packed rows cover tokens [s0, p0), the residual [p0, tokens)."""
+
+    def __init__(self, stored: Component, batch: int, heads: int, width: int, device, dtype):
+        self.stored = stored  # the packed component (its residual split and window)
+        self.group = stored.group  # tokens per row (KIVI key groups: G)
+        self.window = stored.window  # tokens kept between steps (None: all)
+        self.batch, self.heads, self.width = batch, heads, width
+        self.dtype = dtype  # the cache's dtype: the residual's, and what `held` returns
+        self.packed = PackedRows(stored, batch * heads, device)
+        self.pend = torch.zeros(batch, heads, 0, width, dtype=dtype, device=device)  # [B, H, p, W]
+        self.tokens = self.s0 = self.p0 = 0
+        fast = device.type == "cpu" and kernels.covers(stored.entry, dtype)
+        self.decoder = kernels.Decoder(stored.entry, self.group) if fast else None  # the compiled decoder, if it applies
+
+    def _rows(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, H, n, W] -> [n / G, B*H, G*W] (a key group channel-major: each channel's G tokens together)."""
+        b, h, n, w = x.shape
+        g = self.group
+        if g == 1:
+            return x.permute(2, 0, 1, 3).reshape(n, b * h, w)
+        return x.reshape(b, h, n // g, g, w).permute(2, 0, 1, 4, 3).reshape(n // g, b * h, w * g)
+
+    def held(self) -> torch.Tensor:
+        """Every held token, packed ones decoded, then the residual: [B, H, T', W] in the cache's dtype."""
+        b, h, w, g = self.batch, self.heads, self.width, self.group
+        n, p = self.packed.rows, self.pend.shape[2]
+        out = torch.empty(b, h, n * g + p, w, dtype=self.dtype, device=self.pend.device)
+        if n and self.decoder is not None:  # compiled: each packed byte read once, each value written in place
+            self.decoder(self.packed.packed(), self.packed.tensor_scales, out.view(b * h, -1, w))
+        elif n:  # decoded rows go straight into place (one conversion to the cache's dtype on the way)
+            r = self.packed.read()  # [N, B*H, G*W]
+            if g == 1:
+                out[:, :, :n].copy_(r.view(n, b, h, w).permute(1, 2, 0, 3))
+            else:
+                out[:, :, :n * g].view(b, h, n, g, w).copy_(r.view(n, b, h, w, g).permute(1, 2, 0, 4, 3))
+        if p:
+            out[:, :, n * g:].copy_(self.pend)
+        return out
+
+    def update(self, x: torch.Tensor) -> torch.Tensor:
+        """Store x [B, H, S, W]; return every held token then the new ones, decoded: [B, H, T', W]."""
+        x = x.to(self.dtype)
+        self.tokens += x.shape[2]
+        res = self.stored.residual
+        if res is None:  # nothing waits: the new tokens go straight into the packed store
+            self.packed.append(self._rows(x))
+            self.p0 = self.tokens
+        else:
+            self.pend = torch.cat([self.pend, x], dim=2)
+            q = res.quantized(self.tokens)  # tokens that have left the residual
+            if q > self.p0:
+                n = q - self.p0
+                self.packed.append(self._rows(self.pend[:, :, :n]))
+                self.pend = self.pend[:, :, n:].clone()  # own storage: the quantized tokens' bytes are freed
+                self.p0 = q
+        out = self.held()
+        if self.window is not None:
+            self._evict(self.tokens - self.window)
+        return out
+
+    def _evict(self, lo: int) -> None:
+        """Keep tokens at positions >= lo."""
+        if lo > self.s0:
+            drop = min(lo, self.p0) - self.s0
+            self.packed.drop_front(drop // self.group)
+            self.s0 += drop
+        if lo > self.p0:
+            self.pend = self.pend[:, :, lo - self.p0:].clone()
+            self.p0 = self.s0 = lo
+
+    def tensors(self) -> list[torch.Tensor]:
+        return self.packed.tensors() + [self.pend]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.packed.reorder(index, self.batch)
+        self.pend = self.pend.index_select(0, index.to(self.pend.device))
+
+
+class KvlabLayer(CacheLayerMixin):
+    """One decoder layer's cache: dense K and V streams, or one MLA latent + RoPE key stream; with a
+    pooling mechanism (csa / hca) also a stream of pooled entries per role."""
+
+    is_compileable = False
+    is_croppable = False
+
+    def __init__(self, layer: LayerCache, kind: str, sliding_window: int | None, mech: Mechanism = DENSE,
+                 dtype: torch.dtype = torch.bfloat16):
+        super().__init__()
+        self.dtype = dtype  # the cache's dtype (its residual and raw tokens); attention gets the model's
+        self.plan = layer  # the layout's view of this layer (components, formats)
+        self.kind = kind  # "dense" or "mla"
+        self.mech = mech  # what attention may read (DENSE: everything held; sliding layers keep DENSE)
+        self.sliding_window = sliding_window  # tokens a query sees (the model's window, or the mechanism's)
+        self.is_sliding = sliding_window is not None
+        self.cumulative_length = 0  # tokens seen
+        self.streams: dict[str, Stream] = {}  # role -> raw tokens ("k", "v" / "latent")
+        self.pools: dict[str, Stream] = {}  # role -> pooled entries (csa / hca)
+        self.split = 0  # MLA: width of the latent inside the stream
+        self.keys_info: KeyLayout | None = None  # what the last update returned, for kvlab_attention
+
+    def _stored(self, role: str) -> Component:
+        return next(c for c in self.plan.components if c.role == role)
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.device = key_states.device
+        b, h = key_states.shape[:2]
+        if self.kind == "mla":
+            self.split = key_states.shape[-1]
+            shapes = {"latent": (1, self.split + value_states.shape[-1])}
+        else:
+            shapes = {"k": (h, key_states.shape[-1]), "v": (h, value_states.shape[-1])}
+        for role, (heads, width) in shapes.items():
+            self.streams[role] = Stream(self._stored(role), b, heads, width, self.device, self.dtype)
+            if self.mech.ratio is not None:
+                self.pools[role] = Stream(self._stored(f"{role}_pooled"), b, heads, width, self.device, self.dtype)
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        before = self.cumulative_length
+        self.cumulative_length += key_states.shape[-2]
+        if self.kind == "mla":
+            out = self._role("latent", torch.cat([key_states, value_states], dim=-1), before)
+            keys, values = out[..., :self.split], out[..., self.split:]
+        else:
+            keys, values = self._role("k", key_states, before), self._role("v", value_states, before)
+        if not self.mech.dense:
+            self._publish(before, keys.shape[-2], kwargs.get("kwargs"))
+        if keys.dtype != key_states.dtype:  # a cache kept in another dtype than the model computes in
+            keys, values = keys.to(key_states.dtype), values.to(value_states.dtype)
+        return keys, values
+
+    def _role(self, role: str, x: torch.Tensor, before: int) -> torch.Tensor:
+        """Store x [B, H, S, W] in the role's stream; return its pooled entries (if any) then its raw tokens."""
+        raw = self.streams[role].update(x)  # [B, H, kept + S, W], the last token at position `now - 1`
+        pool = self.pools.get(role)
+        if pool is None:
+            return raw
+        m, now = self.mech.ratio, self.cumulative_length
+        n0, n1 = before // m, now // m  # complete entries before and after this update
+        new = raw[:, :, :0]
+        if n1 > n0:
+            first = now - raw.shape[2]  # position of raw's first token
+            back = 1 if self.mech.overlap and n0 > 0 else 0  # CSA: the window before pools into the entry too
+            seg = raw[:, :, (n0 - back) * m - first:n1 * m - first]
+            new = pool_keys(seg, m, self.mech.overlap)[:, :, back:].to(raw.dtype)  # [B, H, n1 - n0, W]
+        return torch.cat([pool.update(new), raw], dim=2)
+
+    def _publish(self, before: int, returned: int, attn_kwargs) -> None:
+        """Tell kvlab_attention which positions the returned keys cover, through the attention kwargs."""
+        if not isinstance(attn_kwargs, dict):
+            raise ConfigError("this model's attention does not hand its kwargs to the cache, so kvlab mechanisms "
+                              "cannot reach its attention function")
+        now, dev = self.cumulative_length, self.device
+        m = self.mech.ratio
+        n = now // m if m else 0
+        raw = torch.arange(now - (returned - n), now, device=dev)
+        e = torch.arange(n, device=dev)
+        start = torch.cat([(e - (1 if self.mech.overlap else 0)).clamp_min(0) * m, raw]) if m else raw
+        end = torch.cat([(e + 1) * m - 1, raw]) if m else raw
+        self.keys_info = KeyLayout(self.mech, torch.arange(before, now, device=dev), start, end, n)
+        attn_kwargs["kvlab_keys"] = self.keys_info
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        """(kv_length, kv_offset) of what the next update returns, as transformers' dynamic layers say."""
+        past = self.cumulative_length
+        pooled = past // self.mech.ratio if self.mech.ratio else 0
+        if self.sliding_window is None:
+            return past + query_length, 0
+        w = self.sliding_window
+        kept = min(past, w - 1)
+        return pooled + kept + query_length, max(past - w + 1, 0)
+
+    def get_seq_length(self) -> int:
+        return self.cumulative_length
+
+    def get_max_length(self) -> int:
+        return self.sliding_window if self.sliding_window is not None and not self.mech.ratio else -1
+
+    def reset(self) -> None:
+        self.streams, self.pools, self.cumulative_length, self.is_initialized = {}, {}, 0, False
+        self.keys_info = None
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        for s in (*self.streams.values(), *self.pools.values()):
+            s.reorder(beam_idx)
+
+    def offload(self):
+        raise ParameterError("kvlab caches are not offloadable (offloading=True is not supported)")
+
+    prefetch = offload
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [t for s in (*self.streams.values(), *self.pools.values()) for t in s.tensors()]
+
+    @property
+    def batch(self) -> int:
+        return next(iter(self.streams.values())).batch if self.streams else 0
+
+
+class KvlabCache(Cache):
+    """A transformers Cache whose layers hold K/V packed in kvlab formats; `nbytes` == `predicted_bytes()`."""
+
+    def __init__(self, config, options: dict, dtype: torch.dtype = torch.bfloat16, mechanism=None,
+                 follow: bool = True):
+        self.config = _text_config(config)
+        self.kind = check_family(self.config)
+        self.mech = parse_mechanism(mechanism)  # applies to the full-attention layers
+        self.options = dict(options)  # build_layout's format options (kv_format, k_format, ..., per_layer)
+        self.follow = follow  # take the states' dtype at the first update (else keep `dtype`)
+        types, kwargs = get_layer_types_and_kwargs(self.config)
+        self.full = [t == "full_attention" for t in types]  # layers a mechanism applies to
+        if not self.mech.dense and not any(self.full):
+            raise ParameterError(f"mechanism {self.mech.label()} applies to full-attention layers; this "
+                                 f"{self.config.model_type} model has none (every layer already slides)")
+        self._last: KeyLayout | None = None  # the last update's key layout, to check kvlab_attention read it
+        self.layout = self._build(dtype)
+        layers = []
+        for lc, full, kw in zip(self.layout.layers, self.full, kwargs):
+            window = self.mech.window if full else kw.get("sliding_window")
+            layers.append(KvlabLayer(lc, self.kind, window, self.mech if full else DENSE, dtype))
+        super().__init__(layers=layers)
+
+    def _build(self, dtype: torch.dtype) -> Layout:
+        spec = hf_spec(self.config, dtype, self.mech.window)
+        layout = mechanism_layout(build_layout(spec, "storage", **self.options), self.mech, self.full)
+        _check_formats(layout)
+        return layout
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        layer = self.layers[layer_idx]
+        if self.follow and not layer.is_initialized and key_states.dtype != self.dtype:
+            self.layout = self._build(key_states.dtype)  # the residual holds the states' dtype
+            for lyr, lc in zip(self.layers, self.layout.layers):
+                lyr.plan, lyr.dtype = lc, key_states.dtype
+        if self._last is not None and not self._last.read:
+            raise ParameterError(f"mechanism {self.mech.label()} needs kvlab's attention function: call "
+                                 "kvlab.hf.use_kvlab_attention(model) (make_cache(model, mechanism=...) does it)")
+        out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
+        self._last = layer.keys_info
+        return out
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return getattr(torch, self.layout.model.torch_dtype)
+
+    @property
+    def tokens(self) -> int:
+        return max((layer.cumulative_length for layer in self.layers), default=0)
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor the cache holds: packed rows, per-tensor scales, residual tokens."""
+        return [t for layer in self.layers for t in layer.tensors()]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the cache holds, measured from its tensors' storages (each counted once)."""
+        return storage_bytes(self.tensors())
+
+    def predicted_bytes(self, tokens: int | None = None) -> int:
+        """kvlab's prediction (`Layout.session`) for this config and plan at `tokens` (default: what it holds)."""
+        tokens = self.tokens if tokens is None else check_tokens(tokens)
+        batch = max((layer.batch for layer in self.layers), default=0) or 1
+        return self.layout.session(tokens, batch).total
+
+    @property
+    def kv_format(self) -> str:
+        """The plan's label ('nvfp4', 'k=int4/channel v=int4 residual=32', 'per-layer', ...)."""
+        return self.layout.kv_format or self.layout.model.torch_dtype
+
+
+def make_cache(config_or_model, kv_format=None, k_format=None, v_format=None, residual: int = 0, *,
+               block: int = 1, key_axis: str | None = None, value_axis: str = "token", per_layer: dict | None = None,
+               mechanism=None, dtype: torch.dtype | None = None) -> KvlabCache:
+    """A transformers cache for a model (or its config) that keeps K and V packed in kvlab formats.
+
+    kv_format: one format for K and V (None: the model's dtype, as DynamicCache holds them);
+    k_format / v_format: separate formats (MLA: the latent and the RoPE key);
+    residual: the most recent tokens kept unquantized (KIVI's R); block: tokens quantized together;
+    key_axis: "channel" groups integer keys per channel over G tokens (KIVI), "token" along head_dim;
+        default: "channel" on the growing layers of dense models, "token" elsewhere;
+    value_axis: "token" (KIVI, the default) or "channel" (integer values grouped as keys are, as transformers'
+        QuantizedCache groups both);
+    per_layer: {layer: {option: value}} overrides of any of the above;
+    mechanism: what attention reads on full-attention layers ('window=64', 'topk=32', 'capped=16x8,topk=32',
+        'csa=4,topk=32,window=64', 'hca=32,window=64'; kvlab.hf.mechanisms); given a model, switches it to
+        kvlab's attention function (SDPA itself wherever no mechanism applies);
+    dtype: the dtype the cache keeps unquantized tokens in (its residual; attention still gets the model's
+        dtype); default: the states' own, taken at the first update.
+    """
+    model = config_or_model if hasattr(config_or_model, "config") and hasattr(config_or_model, "forward") else None
+    config = model.config if model is not None else config_or_model
+    if not hasattr(config, "to_json_string"):
+        raise ParameterError(f"make_cache takes a transformers model or config, got {type(config_or_model).__name__}")
+    kind = check_family(config)
+    mech = parse_mechanism(mechanism)
+    if key_axis is None and kind == "dense":  # KIVI on growing layers; a window evicts token by token
+        types, _ = get_layer_types_and_kwargs(_text_config(config))
+        per_layer = dict(per_layer or {})
+        for i, t in enumerate(types):
+            windowed = t == "sliding_attention" or mech.window is not None
+            if windowed and isinstance(per_layer.get(i, {}), dict):
+                per_layer[i] = {"key_axis": "token", "value_axis": "token", **per_layer.get(i, {})}
+    key_axis = key_axis or ("channel" if kind == "dense" else "token")
+    follow = dtype is None
+    if dtype is None:
+        dtype = model.dtype if model is not None else (getattr(_text_config(config), "dtype", None) or torch.bfloat16)
+        dtype = getattr(torch, str(dtype).replace("torch.", "")) if not isinstance(dtype, torch.dtype) else dtype
+    options = dict(kv_format=kv_format, k_format=k_format, v_format=v_format, residual=residual, block=block,
+                   key_axis=key_axis, value_axis=value_axis, per_layer=per_layer)
+    cache = KvlabCache(config, options, dtype, mech, follow)
+    if model is not None and not mech.dense:
+        use_kvlab_attention(model)
+    return cache

@@ -1,0 +1,313 @@
+"""What a cache costs in quality on a real model: perplexity, task accuracy, bytes held, decode speed.
+
+Protocol. The text is fed in chunks of `chunk` tokens through one cache; each chunk's queries read the
+cache as it stands after storing that chunk (a kvlab cache returns what it holds, decoded, so the
+prefill attends to quantized keys too, as a serving engine's kernel does). Perplexity is exp(mean NLL)
+of every next token; a task's accuracy is the share of answers whose every token the model predicts
+greedily (teacher forced: kvlab.train.tasks). chunk = 1 is token-by-token decoding; a chunk no longer than
+the residual keeps a KIVI-style residual close to its decode-time behaviour. The reference is the same
+model with transformers' BF16 `DynamicCache`. Bytes held are measured from the cache's tensors (storage
+bytes, each storage once), never taken from a format's size. Decode speed: greedy steps after a prefill,
+teacher forced on the same text so every cache does the same work; tokens/s, the median of repeats.
+
+Peers (`peer_cache`): transformers' own `QuantizedCache` with its quanto backend (2 or 4 bits; group
+64, residual 128 by default) and its FP8 backend (one scale per tensor, frozen at the first update).
+Their held bytes are counted from every tensor inside them (quanto's packed data, scales and shifts).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..cache.memory import storage_bytes
+from ..checks import need_int
+from ..errors import KvlabError, ParameterError
+
+
+class ModelLoadError(KvlabError):
+    """A model that cannot be loaded: no such directory, no network in offline mode, a gated repository."""
+
+
+# --- loading -----------------------------------------------------------------------------------------
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def load(name: str, dtype: torch.dtype = torch.bfloat16):
+    """(model, tokenizer) from a local directory (save_pretrained output) or a Hugging Face Hub id.
+
+    Hub ids go through `from_pretrained`, so HF_HUB_OFFLINE / HF_HOME and the local cache are honoured;
+    no network, a missing repository or a gated one is one ModelLoadError line."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    if not isinstance(name, str) or not name.strip():
+        raise ParameterError(f"model must be a directory or a Hub id, got {name!r}")
+    p = Path(name).expanduser()
+    local = p.is_dir()
+    if not local and (name.startswith((".", "/", "~")) or name.count("/") > 1 or p.exists()):
+        raise ModelLoadError(f"cannot load {name!r}: no such model directory")
+    src = str(p) if local else name
+    _register_kvlab_models()
+    try:
+        with quiet():
+            model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, local_files_only=local)
+    except (OSError, ValueError, ImportError) as e:
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+        where = "a local directory" if local else ("the Hub in offline mode (HF_HUB_OFFLINE=1) and not in the local "
+                                                  "cache" if offline else "the Hub")
+        raise ModelLoadError(f"cannot load {name!r} from {where}: {_first_line(e)}") from None
+    model.eval()
+    try:
+        with quiet():
+            tok = AutoTokenizer.from_pretrained(src, local_files_only=local)
+    except (OSError, ValueError, TypeError):
+        tok = None
+    return model, tok
+
+
+@contextmanager
+def quiet():
+    """No progress bars or import-time log lines (torchao's, torch's, transformers') while loading."""
+    from transformers.utils import logging as hf_logging
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    logging.disable(logging.WARNING)
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _register_kvlab_models() -> None:
+    """Make kvlab's own architectures (the V4.1-like stack, when installed) loadable by AutoModel."""
+    try:
+        import importlib
+        importlib.import_module("kvlab.train.v41")
+    except ImportError:
+        pass
+
+
+def encoder(tokenizer, vocab_size: int) -> Callable[[str], list[int]]:
+    """text -> ids: the model's tokenizer without special tokens, or bytes for a byte-level model."""
+    if tokenizer is not None:
+        return lambda s: tokenizer.encode(s, add_special_tokens=False)
+    if vocab_size == 256:
+        return lambda s: list(s.encode("utf-8"))
+    raise ModelLoadError(f"the model has no tokenizer and a vocabulary of {vocab_size} (not bytes)")
+
+
+# --- caches --------------------------------------------------------------------------------------------
+PEERS = ("dynamic", "quanto2", "quanto4", "fp8")  # transformers' own caches, side by side
+
+
+def peer_cache(model, name: str):
+    """A transformers cache by name: 'dynamic' (DynamicCache), 'quanto2' / 'quanto4' (QuantizedCache,
+    quanto backend, defaults otherwise), 'fp8' (QuantizedCache, FP8 backend)."""
+    from transformers import DynamicCache, QuantizedCache
+    if name == "dynamic":
+        return DynamicCache(config=model.config)
+    if name in ("quanto2", "quanto4"):
+        return QuantizedCache("quanto", model.config, nbits=int(name[-1]))
+    if name == "fp8":
+        return QuantizedCache("fp8", model.config)
+    raise ParameterError(f"unknown peer cache {name!r}; choose one of {', '.join(PEERS)}")
+
+
+def _inner(t) -> list[torch.Tensor]:
+    """The plain tensors inside a tensor (a quanto QTensor holds packed data, scales and shifts)."""
+    if isinstance(t, (tuple, list)):
+        return [x for y in t for x in _inner(y)]
+    if not isinstance(t, torch.Tensor):
+        return []
+    if hasattr(t, "__tensor_flatten__"):
+        names, _ = t.__tensor_flatten__()
+        return [x for n in names for x in _inner(getattr(t, n))]
+    return [t]
+
+
+def held_bytes(cache) -> int:
+    """Bytes a cache holds, measured from its tensors' storages: kvlab caches, DynamicCache, QuantizedCache."""
+    if hasattr(cache, "tensors"):
+        return storage_bytes(cache.tensors())
+    held = []
+    for layer in cache.layers:
+        for a in ("keys", "values", "_quantized_keys", "_quantized_values"):
+            held += _inner(getattr(layer, a, None))
+    return storage_bytes(t for t in held if t.numel())
+
+
+# --- measuring -----------------------------------------------------------------------------------------
+@dataclass
+class Pass:
+    """One chunked pass of a sequence through a cache."""
+
+    nll: float  # summed negative log-likelihood of the next tokens (nats)
+    scored: int  # next tokens scored
+    predictions: torch.Tensor  # [B, T] greedy next-token predictions
+    held_bytes: int  # bytes the cache holds at the end
+    predicted_bytes: int | None  # kvlab's prediction (kvlab caches only)
+
+
+def run_pass(model, ids: torch.Tensor, cache, chunk: int) -> Pass:
+    """Feed ids [B, T] through `cache` in chunks; score every next token."""
+    need_int("chunk", chunk, 1)
+    ids = ids.to(model.device)
+    t = ids.shape[1]
+    nll, preds = 0.0, []
+    with torch.no_grad():
+        for a in range(0, t, chunk):
+            logits = model(ids[:, a:a + chunk], cache=cache, use_cache=True).logits.float()  # [B, c, V]
+            preds.append(logits.argmax(-1))
+            target = ids[:, a + 1:a + chunk + 1]
+            n = target.shape[1]
+            if n:
+                nll += float(torch.nn.functional.cross_entropy(logits[:, :n].reshape(-1, logits.shape[-1]),
+                                                               target.reshape(-1), reduction="sum"))
+    pred = cache.predicted_bytes() if hasattr(cache, "predicted_bytes") else None
+    return Pass(nll, ids.shape[0] * (t - 1), torch.cat(preds, dim=1).cpu(), held_bytes(cache), pred)
+
+
+def perplexity(p: Pass) -> float:
+    return math.exp(p.nll / p.scored)
+
+
+def task_accuracy(model, samples, encode, make: Callable[[], object], chunk: int) -> float:
+    """Share of answers right (kvlab.train.tasks' scorer) over samples, each through a fresh cache."""
+    from ..train.tasks import render, score_predictions
+    right = total = 0
+    for s in samples:
+        ids, labels = render(s, encode)
+        p = run_pass(model, ids[None], make(), chunk)
+        r, n = score_predictions(p.predictions, labels[None])
+        right, total = right + r, total + n
+    return right / total if total else float("nan")
+
+
+def decode_rate(model, make: Callable[[], object], ids: torch.Tensor, prompt: int, steps: int,
+                repeats: int = 3) -> list[float]:
+    """Decode tokens/s of each repeat: prefill ids[:, :prompt], then `steps` one-token steps teacher forced on
+    ids (so every cache does the same work)."""
+    need_int("steps", steps, 1)
+    if ids.shape[1] < prompt + steps:
+        raise ParameterError(f"decode timing needs {prompt + steps} tokens of text, got {ids.shape[1]}")
+    rates = []
+    ids = ids.to(model.device)
+    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
+    with torch.no_grad():
+        for _ in range(repeats):
+            cache = make()
+            model(ids[:, :prompt], cache=cache, use_cache=True)
+            sync()
+            t0 = time.perf_counter()
+            for i in range(prompt, prompt + steps):
+                model(ids[:, i:i + 1], cache=cache, use_cache=True)
+            sync()
+            rates.append(steps / (time.perf_counter() - t0))
+    return rates
+
+
+@dataclass
+class EvalResult:
+    """`kvlab eval`'s record: the cache under test against the BF16 DynamicCache reference."""
+
+    model: str  # directory or Hub id
+    kv_format: str  # the kvlab cache's plan ('bf16', 'nvfp4', 'k=int4/channel v=int4 residual=32', ...)
+    mechanism: str  # 'dense', 'window=64', ...
+    tokens: int  # tokens of held-out text scored
+    chunk: int  # tokens per forward
+    perplexity: float  # with the kvlab cache
+    reference_perplexity: float  # same model, same text, BF16 DynamicCache
+    held_bytes: int  # measured from the kvlab cache's tensors after `tokens` tokens
+    predicted_bytes: int  # kvlab.layout's prediction for the same config, plan and length
+    reference_bytes: int  # measured from the DynamicCache
+    decode_tokens_per_s: float  # kvlab cache, median of repeats
+    reference_decode_tokens_per_s: float  # DynamicCache, median of repeats
+    decode_tokens_per_s_range: tuple[float, float] = (0.0, 0.0)  # kvlab cache: slowest, fastest repeat
+    task: str | None = None  # task name, if one was run
+    accuracy: float | None = None  # task accuracy with the kvlab cache
+    reference_accuracy: float | None = None  # with the DynamicCache
+    text: str = ""  # where the text came from
+    notes: list[str] = field(default_factory=list)  # caveats
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["decode_tokens_per_s_range"] = list(self.decode_tokens_per_s_range)
+        return d
+
+
+def heldout_ids(encode, tokens: int) -> tuple[torch.Tensor, str]:
+    """The first `tokens` tokens of kvlab's held-out text (standard library documents no trained model saw;
+    kvlab.train.data): (ids [1, tokens], where the text comes from)."""
+    from ..train.data import load_corpus
+    c = load_corpus()
+    ids = encode(c.text("heldout", max_bytes=8 * tokens + 4096))  # a few bytes per token is plenty
+    if len(ids) < tokens:
+        ids = encode(c.text("heldout"))
+    if len(ids) < tokens:
+        raise ParameterError(f"the held-out text gives {len(ids)} tokens, fewer than {tokens}")
+    return torch.tensor(ids[:tokens])[None], f"held-out standard library text (Python {c.python}, {c.sha256[:12]})"
+
+
+def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: int = 0, mechanism=None,
+             tokens: int = 512, task: str | None = None, samples: int = 8, task_tokens: int | None = None,
+             chunk: int = 32, block: int = 1, decode_steps: int = 32, repeats: int = 3, seed: int = 0,
+             device: str = "auto", model=None, tokenizer=None) -> EvalResult:
+    """Perplexity, task accuracy, bytes and decode speed of a model with a kvlab cache, against BF16 DynamicCache.
+    Arguments are checked before the model loads, so a bad one costs nothing."""
+    from ..cache.memory import resolve_device
+    from ..layout import kv_plan
+    from .cache import make_cache
+    from .mechanisms import parse_mechanism
+    kv_plan(kv_format, k_format, v_format, residual, block)
+    parse_mechanism(mechanism)
+    for k, v, lo in (("tokens", tokens, 2), ("samples", samples, 1), ("chunk", chunk, 1),
+                     ("decode_steps", decode_steps, 1), ("repeats", repeats, 1)):
+        need_int(k, v, lo)
+    if task is not None:
+        from ..train.tasks import get_task
+        get_task(task)
+    dev = resolve_device(device)
+    if model is None:
+        model, tokenizer = load(name)
+    model.to(dev)
+    encode = encoder(tokenizer, model.config.vocab_size)
+
+    def kv():
+        return make_cache(model, kv_format, k_format, v_format, residual, block=block, mechanism=mechanism)
+
+    def ref():
+        return peer_cache(model, "dynamic")
+
+    probe = kv()  # a model the cache cannot hold fails here, before any work
+    ids, where = heldout_ids(encode, max(tokens, decode_steps + 16))
+    text = ids[:, :tokens]
+    p, r = run_pass(model, text, kv(), chunk), run_pass(model, text, ref(), chunk)
+    prompt = ids.shape[1] - decode_steps
+    rates = decode_rate(model, kv, ids, prompt, decode_steps, repeats)
+    ref_rates = decode_rate(model, ref, ids, prompt, decode_steps, repeats)
+    out = EvalResult(name, probe.kv_format, probe.mech.label(), tokens, chunk, perplexity(p), perplexity(r),
+                     p.held_bytes, p.predicted_bytes, r.held_bytes, _median(rates), _median(ref_rates),
+                     (min(rates), max(rates)), text=where)
+    if task:
+        from ..train.tasks import get_task
+        ss = get_task(task).samples(seed, samples, task_tokens or tokens)
+        out.task = task
+        out.accuracy = task_accuracy(model, ss, encode, kv, chunk)
+        out.reference_accuracy = task_accuracy(model, ss, encode, ref, chunk)
+    return out
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    return s[len(s) // 2]

@@ -1,0 +1,339 @@
+"""The memory / quality frontier on trained models (notebook 08): every way of holding a model's KV cache,
+measured for held-out perplexity, task accuracy and the bytes it really holds, at several context lengths.
+
+A `Setting` is one way to hold the cache: a kvlab plan (formats, residual, mechanism; `kvlab.hf.make_cache`)
+or one of transformers' own caches (`kvlab.hf.evaluate.peer_cache`). `sweep` runs each over the same
+held-out text windows and task samples (kvlab.train) through `kvlab.hf.evaluate.run_pass`, so the
+protocol is `kvlab eval`'s: chunks of `chunk` tokens, each reading the cache as it stands, bytes measured
+from the cache's tensors at the end of each window. `frontier` keeps, per model and context, the settings
+no other beats on both bytes and perplexity.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .. import checks
+from ..errors import KvlabError, ParameterError
+from ..models import DATA_DIR
+from .evaluate import PEERS, Pass, decode_rate, peer_cache, run_pass
+
+CHECKPOINTS = DATA_DIR / "checkpoints"  # the small trained models (kvlab.train; `make train` rebuilds them)
+COMPUTE_DTYPES = ("float32", "bfloat16")
+
+
+def resolve_model(name: str) -> str:
+    """A model directory as given, or a checkpoint name under data/checkpoints, or (otherwise) a Hub id."""
+    p = Path(name).expanduser()
+    if p.is_dir():
+        return str(p)
+    if (CHECKPOINTS / name).is_dir():
+        return str(CHECKPOINTS / name)
+    return name
+
+
+@dataclass
+class QualityParams:
+    """Notebook 08's parameters, checked on construction: a bad one stops the notebook with one message."""
+
+    models: list  # trained dense / MLA checkpoints: names under data/checkpoints, directories or Hub ids
+    v41_model: str  # the V4.1-like checkpoint ("" leaves it out)
+    formats: list  # kvlab formats (integer ones KIVI-style)
+    residual: int  # recent tokens the integer formats keep unquantized
+    mechanisms: list  # kvlab.hf.mechanisms strings
+    peers: list  # transformers QuantizedCache backends
+    contexts: list  # tokens per held-out window and task sample
+    task: str  # kvlab.train.tasks name
+    samples: int  # task samples per context
+    windows: int  # held-out windows per context
+    chunk: int  # tokens per forward
+    compute_dtype: str  # the models' compute dtype
+    decode_steps: int  # decode steps timed per peer pair
+    decode_rounds: int  # interleaved timing rounds
+    seed: int  # seed of windows and samples
+    paths: list = field(init=False)  # models resolved to directories (or Hub ids)
+    dtype: torch.dtype = field(init=False)  # compute_dtype as a torch dtype
+
+    @classmethod
+    def of(cls, namespace: dict) -> "QualityParams":
+        """The parameters by name from a notebook's namespace (`globals()`)."""
+        names = [f for f in cls.__dataclass_fields__ if cls.__dataclass_fields__[f].init]
+        missing = [n for n in names if n not in namespace]
+        if missing:
+            raise ParameterError(f"the parameters cell defines no {', '.join(missing)}")
+        return cls(**{n: namespace[n] for n in names})
+
+    def __post_init__(self):
+        from ..formats import get_format
+        from .evaluate import quiet
+        from .mechanisms import parse_mechanism
+        with quiet():  # kvlab.train registers its model with transformers: imports that log timestamps
+            from ..train.tasks import TASKS
+        self.paths = [resolve_model(_text("models", m)) for m in _list("models", self.models)]
+        _text("v41_model", self.v41_model)
+        for f in _list("formats", self.formats):
+            _lookup("formats", get_format, f)
+        for m in _list("mechanisms", self.mechanisms, empty=True):
+            _lookup("mechanisms", parse_mechanism, m)
+        for p in _list("peers", self.peers, empty=True):
+            checks.need_choice("parameter peers", p, PEERS[1:])
+        for c in _list("contexts", self.contexts):
+            checks.need_int("parameter contexts", c, 16)
+        checks.need_choice("parameter task", self.task, TASKS)
+        for k, lo in (("residual", 0), ("samples", 1), ("windows", 1), ("chunk", 1), ("decode_steps", 1),
+                      ("decode_rounds", 1), ("seed", 0)):
+            checks.need_int(f"parameter {k}", getattr(self, k), lo)
+        checks.need_choice("parameter compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
+        self.dtype = getattr(torch, self.compute_dtype)
+
+
+def _list(name: str, v, empty: bool = False) -> list:
+    if isinstance(v, (str, bytes, dict)) or not isinstance(v, (list, tuple)):
+        raise ParameterError(f"parameter {name} must be a list, got {v!r}")
+    if not v and not empty:
+        raise ParameterError(f"parameter {name} must not be empty")
+    return list(v)
+
+
+def _text(name: str, v) -> str:
+    if not isinstance(v, str):
+        raise ParameterError(f"parameter {name} must be a string, got {v!r}")
+    return v
+
+
+def _lookup(name: str, fn, v):
+    try:
+        return fn(v)
+    except KvlabError as e:
+        raise ParameterError(f"parameter {name}: {e}") from None
+
+# The formats of the issue's frontier: integer groups get KIVI's treatment (keys per channel, values per
+# token) and a residual; the float formats quantize every token.
+FORMATS = ("bf16", "fp8_e4m3", "mxfp8", "nvfp4", "mxfp4", "int4", "int2")
+MECHANISMS = ("window=64", "topk=32", "capped=8x8,topk=32", "csa=4,topk=16,window=32", "hca=16,window=32")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One way to hold a model's KV cache."""
+
+    label: str  # its name in tables and plots
+    kind: str  # "kvlab" (make_cache) or "peer" (a transformers cache)
+    options: dict = field(default_factory=dict, hash=False)  # make_cache keywords, or {"peer": name}
+
+    def make(self, model):
+        from .cache import make_cache
+        if self.kind == "peer":
+            return peer_cache(model, self.options["peer"])
+        return make_cache(model, **self.options)
+
+
+def format_settings(formats=FORMATS, residual: int = 32, dtype: torch.dtype | None = None) -> list[Setting]:
+    """One setting per format; integer formats KIVI-style with a residual of `residual` tokens; `dtype` is the
+    cache's own (its residual's), default the model's."""
+    out = []
+    for f in formats:
+        kivi = f.startswith("int")
+        opts = dict(kv_format=f, residual=residual if kivi else 0, dtype=dtype)
+        out.append(Setting(f"{f} (KIVI, r={residual})" if kivi and residual else f, "kvlab", opts))
+    return out
+
+
+def mechanism_settings(mechanisms=MECHANISMS, kv_format: str = "bf16", dtype: torch.dtype | None = None
+                       ) -> list[Setting]:
+    """One setting per mechanism, K/V in `kv_format`."""
+    return [Setting(m if kv_format == "bf16" else f"{m} {kv_format}", "kvlab",
+                    dict(kv_format=kv_format, mechanism=m, dtype=dtype)) for m in mechanisms]
+
+
+def peer_settings(peers=("quanto4", "quanto2", "fp8")) -> list[Setting]:
+    """transformers' QuantizedCache backends (quanto 4 / 2 bits, FP8) as settings."""
+    for p in peers:
+        if p not in PEERS:
+            raise ParameterError(f"unknown peer cache {p!r}; choose one of {', '.join(PEERS)}")
+    return [Setting(f"QuantizedCache {p}", "peer", dict(peer=p)) for p in peers]
+
+
+def text_windows(encode, length: int, n: int, seed: int) -> torch.Tensor:
+    """`n` windows of `length` tokens of kvlab's held-out text at seeded offsets: ids [n, length]."""
+    from ..train.data import load_corpus
+    corpus = load_corpus()
+    g = torch.Generator().manual_seed(seed)
+    text = corpus.text("heldout")
+    out = []
+    for _ in range(n):
+        start = int(torch.randint(0, max(1, len(text) - 8 * length), (1,), generator=g))
+        ids = encode(text[start:start + 8 * length])
+        if len(ids) < length:
+            raise ParameterError(f"held-out text too short for windows of {length} tokens")
+        out.append(torch.tensor(ids[:length]))
+    return torch.stack(out)
+
+
+@dataclass
+class Row:
+    """One (model, setting, context) measurement."""
+
+    model: str  # model name
+    setting: str  # Setting.label
+    kind: str  # "kvlab" or "peer"
+    context: int  # tokens per window / task sample
+    perplexity: float  # held-out, over every next token of every window
+    accuracy: float | None  # task accuracy (None: no task)
+    held_bytes: int  # measured after one window of `context` tokens (mean over windows)
+    predicted_bytes: int | None  # kvlab's prediction for the same (kvlab settings)
+
+    @property
+    def bytes_per_token(self) -> float:
+        return self.held_bytes / self.context
+
+
+def is_v41(model) -> bool:
+    """kvlab's V4.1-like model (kvlab.train.v41): its cache is its own Stack's, not a transformers cache."""
+    return getattr(model.config, "model_type", None) == "kvlab_v41"
+
+
+def stack_pass(model, ids: torch.Tensor, formats: dict, chunk: int, stack=None) -> Pass:
+    """`run_pass` for the V4.1-like model: its trained weights in a kvlab.attention Stack whose packed stores
+    hold compressed entries, index keys and the window in `formats` (role -> format), fed in chunks."""
+    from ..train.v41 import to_stack
+    stack = stack or to_stack(model, formats)
+    stack.reset()
+    nll, preds = 0.0, []
+    with torch.no_grad():
+        for a in range(0, ids.shape[1], chunk):
+            logits = stack.forward(ids[:, a:a + chunk]).float()  # [1, c, V]
+            preds.append(logits.argmax(-1))
+            target = ids[:, a + 1:a + chunk + 1]
+            n = target.shape[1]
+            if n:
+                nll += float(torch.nn.functional.cross_entropy(logits[0, :n], target[0], reduction="sum"))
+    return Pass(nll, ids.shape[1] - 1, torch.cat(preds, 1), stack.cache_bytes()["total"], None)
+
+
+def measure(model, setting: Setting, windows: torch.Tensor, samples, encode, chunk: int) -> tuple:
+    """(perplexity, accuracy, held bytes, predicted bytes) of one setting over text windows [n, T] and task
+    samples, each window and sample through a fresh cache."""
+    from ..train.tasks import render, score_predictions
+    if is_v41(model):
+        from ..train.v41 import to_stack
+        f = setting.options.get("kv_format") or "bf16"
+        stack = to_stack(model, {r: f for r in ("main", "index", "swa")})
+        run = lambda ids: stack_pass(model, ids, {}, chunk, stack)  # noqa: E731
+    else:
+        run = lambda ids: run_pass(model, ids, setting.make(model), chunk)  # noqa: E731
+    nll = scored = 0
+    held, pred = [], []
+    for w in windows:
+        p = run(w[None])
+        nll, scored = nll + p.nll, scored + p.scored
+        held.append(p.held_bytes)
+        pred.append(p.predicted_bytes)
+    right = total = 0
+    for s in samples:
+        ids, labels = render(s, encode)
+        p = run(ids[None])
+        r, n = score_predictions(p.predictions, labels[None])
+        right, total = right + r, total + n
+    ppl = float(torch.tensor(nll / scored).exp())
+    acc = right / total if total else None
+    mean = round(sum(held) / len(held))
+    return ppl, acc, mean, (round(sum(pred) / len(pred)) if pred[0] is not None else None)
+
+
+def applies(model, setting: Setting) -> bool:
+    """Whether a setting applies to a model: the V4.1-like model takes plain formats (its compression and
+    selection are its own, learned), not mechanisms, residuals or transformers' caches."""
+    if not is_v41(model):
+        return True
+    o = setting.options
+    return setting.kind == "kvlab" and not o.get("mechanism") and not o.get("residual")
+
+
+def sweep(models: dict, settings: list[Setting], contexts: list[int], task: str | None, samples: int, windows: int,
+          chunk: int, seed: int = 0, progress: bool = True) -> list[Row]:
+    """Every (model, setting, context): models maps a name to (model, encode)."""
+    from tqdm.auto import tqdm
+
+    from ..train.tasks import get_task
+    rows = []
+    jobs = [(name, T) for name in models for T in contexts]
+    bar = tqdm(total=len(jobs) * len(settings), disable=not progress, desc="settings")
+    for name, T in jobs:
+        model, encode = models[name]
+        win = text_windows(encode, T, windows, seed)
+        ss = get_task(task).samples(seed, samples, T) if task else []
+        for s in settings:
+            if not applies(model, s):
+                bar.update()
+                continue
+            try:
+                ppl, acc, held, pred = measure(model, s, win, ss, encode, chunk)
+            except (ValueError, TypeError, RuntimeError) as e:
+                if s.kind != "peer":
+                    raise
+                bar.update()  # a transformers cache that cannot hold this model: said, not hidden
+                bar.write(f"{name} / {s.label}: not measured ({type(e).__name__}: {str(e).splitlines()[0]})")
+                continue
+            rows.append(Row(name, s.label, s.kind, T, ppl, acc, held, pred))
+            bar.update()
+    bar.close()
+    return rows
+
+
+def frontier(rows: list[Row]) -> list[Row]:
+    """Rows no other row of the same model and context beats on both held bytes and perplexity."""
+    out = []
+    for r in rows:
+        same = [o for o in rows if o.model == r.model and o.context == r.context]
+        if not any((o.held_bytes <= r.held_bytes and o.perplexity < r.perplexity)
+                   or (o.held_bytes < r.held_bytes and o.perplexity <= r.perplexity) for o in same):
+            out.append(r)
+    return out
+
+
+def decode_speeds(model, settings: list[Setting], ids: torch.Tensor, prompt: int, steps: int, rounds: int = 3) -> dict:
+    """Decode tokens/s per setting, interleaved over rounds (the machine may be shared): label -> list of rates."""
+    rates = {s.label: [] for s in settings}
+    for _ in range(rounds):
+        for s in settings:
+            rates[s.label] += decode_rate(model, lambda s=s: s.make(model), ids, prompt, steps, repeats=1)
+    return rates
+
+
+# kvlab settings matched to transformers' QuantizedCache backends at the same bits: integer groups of 64 for keys
+# and values alike (per channel, as QuantizedCache groups both), 0-127 newest tokens waiting in the model's dtype
+# (quanto's residual_length 128; kvlab quantizes them 128 at a time, each token once), FP8 with one scale per tensor.
+PEER_PAIRS = {
+    "quanto4": Setting("kvlab int4_g64", "kvlab", dict(kv_format="int4_g64", block=128, value_axis="channel")),
+    "quanto2": Setting("kvlab int2_g64", "kvlab", dict(kv_format="int2_g64", block=128, value_axis="channel")),
+    "fp8": Setting("kvlab fp8_e4m3", "kvlab", dict(kv_format="fp8_e4m3")),
+}
+
+
+def load_models(paths: list[str], dtype: torch.dtype) -> dict:
+    """name -> (model, encode) for directories or Hub ids (kvlab.hf.evaluate.load), computing in `dtype`."""
+    from .evaluate import encoder, load
+    out = {}
+    for p in paths:
+        model, tok = load(p, dtype)
+        out[Path(p).name if Path(p).is_dir() else p] = (model, encoder(tok, model.config.vocab_size))
+    return out
+
+
+def training_record(path: str) -> dict:
+    """What a kvlab.train checkpoint says about its training (train_record.json), or {} for other models."""
+    import json
+    f = Path(path) / "train_record.json"
+    if not f.is_file():
+        return {}
+    r = json.loads(f.read_text())
+    return dict(steps=r.get("steps_run"), tokens=r.get("tokens"), parameters=r.get("parameters"),
+                heldout_loss=(r.get("final") or {}).get("heldout_loss"))
+
+
+def count_parameters(model) -> int:
+    """Distinct parameters (tied embeddings once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
