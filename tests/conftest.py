@@ -15,3 +15,12 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(autouse=True)
+def grad_mode_restored():
+    """Every test leaves autograd as it found it (on): a leak would break training tests far from its cause."""
+    yield
+    if not torch.is_grad_enabled():
+        torch.set_grad_enabled(True)
+        pytest.fail("this test left torch's grad mode off (a no_grad context held across a yield?)")

@@ -47,14 +47,16 @@ def ids(n, seed=0):
 
 
 def feed(model, cache, lengths):
-    """Prefill, then chunks: yields the cache after each."""
+    """Prefill, then chunks: yields the cache after each. Grad mode is switched off per call, never across a
+    yield: a generator left suspended inside `no_grad` (as zip leaves the longer of two) would restore its saved
+    mode whenever it is collected, turning autograd off for every later test."""
     x = ids(sum(lengths))
     a = 0
-    with torch.no_grad():
-        for n in lengths:
+    for n in lengths:
+        with torch.no_grad():
             model(x[:, a:a + n], cache=cache, use_cache=True)
-            a += n
-            yield a
+        a += n
+        yield a
 
 
 def dynamic_bytes(cache) -> int:

@@ -78,8 +78,7 @@ def cmd_analyze(args) -> int:
 
 
 def register(sub) -> None:
-    from ..sim.curves import ADMISSIONS
-    from ..sim.policies import policy_names
+    from ..sim.policies import ADMISSIONS, policy_names
     m = sub.add_parser("analyze", help="offline prefix-cache analysis of a trace: sharing, reuse, hit-rate curves")
     m.add_argument("trace", help="a Mooncake JSONL path, a public trace by name (kvlab traces list), or 'synthetic'")
     m.add_argument("--model", default=None, help="price capacities in this model's bytes per token")

@@ -34,8 +34,7 @@ def cmd_simulate(args) -> int:
 
 
 def register(sub) -> None:
-    from ..sim.curves import ADMISSIONS
-    from ..sim.policies import policy_names
+    from ..sim.policies import ADMISSIONS, policy_names
     m = sub.add_parser("simulate", help="HBM / DRAM / SSD KV tiering on a request trace")
     m.add_argument("--trace", default="synthetic",
                    help="'synthetic', a path, or a public trace by name (kvlab traces list; e.g. mooncake-conversation)")

@@ -10,10 +10,11 @@ CHECKPOINTS = "data/checkpoints"  # where `make train` writes (relative to the r
 
 
 def register(sub) -> None:
-    from ..train.models import ARCHS, SIZES
+    # kvlab.train imports transformers (seconds): its names are checked when the command runs, not here
     p = sub.add_parser("train", help="train small dense / MLA / V4.1-like models on stdlib text and long-context tasks")
-    p.add_argument("arch", nargs="*", default=["all"], help=f"architectures: {', '.join(ARCHS)} or all (default all)")
-    p.add_argument("--size", default="tiny", choices=sorted(SIZES), help="size preset (tiny: CPU minutes)")
+    p.add_argument("arch", nargs="*", default=["all"], metavar="ARCH",
+                   help="architectures: dense, mla, v41 (kvlab.train.models.ARCHS) or all (default all)")
+    p.add_argument("--size", default="tiny", help="size preset: tiny (CPU minutes), small, base (kvlab.train.models.SIZES)")
     p.add_argument("--steps", type=count("--steps"), default=None, help="optimizer steps (default 400)")
     p.add_argument("--batch-tokens", type=count("--batch-tokens"), default=None, help="tokens per step (8192)")
     p.add_argument("--seed", type=count("--seed"), default=0)

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from ..checks import need_int, need_number, need_type
+from ..checks import cdiv, need_int, need_number, need_type
 from ..engines import ENGINES, Allocation, allocate
 from ..errors import ParameterError
 from .budget import KvBudget, kv_budget
@@ -106,7 +106,7 @@ def replicated_attention_bytes(spec: ModelSpec) -> int | None:
     if params is None:
         return None
     quant = spec.config.get("quantization_config")
-    return -(-int(params * _bits(quant if isinstance(quant, dict) else None, spec.torch_dtype, False)) // 8)
+    return cdiv(int(params * _bits(quant if isinstance(quant, dict) else None, spec.torch_dtype, False)), 8)
 
 
 # --- one session -------------------------------------------------------------------------------
@@ -184,7 +184,7 @@ class Capacity:
     def weight_share(self) -> int:
         if self.weight_share_bytes is not None:
             return self.weight_share_bytes
-        return -(-self.weight_bytes // self.weight_shards)
+        return cdiv(self.weight_bytes, self.weight_shards)
 
     @property
     def usable_kv_bytes(self) -> int:
@@ -295,11 +295,11 @@ def plan(model, gpu: str | Gpu, context_tokens: int, prefix_hit_rate: float = 0.
     cost = session_cost(stage, tokens, prefix_hit_rate, replay_probability)
     whole_cost = cost if whole is stage else session_cost(whole, tokens, prefix_hit_rate, replay_probability)
     act_bytes = int(act * 1e9)
-    share_bytes = -(-w // n)
+    share_bytes = cdiv(w, n)
     if parallel is not None and par.dp_attention and n > 1:  # DP attention: every rank keeps the attention whole
         att = replicated_attention_bytes(spec)
         if att is not None and att < w:
-            share_bytes = att + -(-(w - att) // n)
+            share_bytes = att + cdiv(w - att, n)
             note = (note + "; " if note else "") + (f"DP attention: {att / 1e9:.1f} GB of attention weights on every "
                                                    f"rank + 1/{n} of the rest")
     rule = engine or "vllm"
@@ -353,10 +353,6 @@ class VllmPlan:
     max_concurrency: float  # num_blocks / blocks_per_request (vLLM's figure)
     exact_concurrency: float  # available / exact session bytes at max_model_len
     formula: str  # which rule was applied
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def vllm_plan(model, available_bytes: int, max_model_len: int, kv_format=None) -> VllmPlan:

@@ -20,11 +20,10 @@ import numpy as np
 from ..checks import need_choice, need_int, need_number
 from ..errors import ParameterError
 from . import policy_kernels as pk
-from .policies import get_policy
+from .policies import ADMISSIONS, get_policy
 from .stackdist import hit_curve, next_access
 from .traces import Trace
 
-ADMISSIONS = {"all": 1, "second": 2}  # admission rule -> accesses a block needs before it is stored
 ENGINES = ("auto", "compiled", "reference")
 MEASURES = ("token", "block")  # prefix-hit share of prompt tokens; found share of block accesses (libCacheSim's)
 

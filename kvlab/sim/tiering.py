@@ -29,7 +29,7 @@ import numpy as np
 
 from . import kernels
 from . import policy_kernels as pk
-from ..checks import need_int, need_number
+from ..checks import cdiv, need_int, need_number
 from ..engines import allocate
 from ..errors import ParameterError
 from ..models import catalog_names
@@ -556,7 +556,7 @@ def reuse_ratio(trace: Trace, warmup: float = 0.0) -> dict:
     a0 = int(trace.block_offsets[first])
     hit_tokens = r.request_hit_tokens[first:].sum()
     # blocks hit per request = hit tokens rounded up to blocks (a hit partial last block counts as one)
-    per_req_blocks = -(-r.request_hit_tokens // trace.block_tokens)
+    per_req_blocks = cdiv(r.request_hit_tokens, trace.block_tokens)
     return dict(block_reuse=float(per_req_blocks[first:].sum() / max(trace.n_accesses - a0, 1)),
                 token_reuse=float(hit_tokens / max(int(trace.input_tokens[first:].sum()), 1)),
                 requests=len(trace) - first)

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from . import catalog
-from ..checks import need_int, need_number
+from ..checks import cdiv, need_int, need_number
 from ..errors import KvlabError, ParameterError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -175,9 +175,9 @@ def read_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS, l
             if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < MAX_HASH
                                                   for x in h):
                 _bad(path, ln, "hash_ids", "must be a list of integers in [0, 2**63)")
-            if len(h) != -(-n_in // block_tokens):
+            if len(h) != cdiv(n_in, block_tokens):
                 _bad(path, ln, "hash_ids", f"{len(h)} ids for {n_in} input tokens; expected "
-                     f"ceil({n_in} / {block_tokens}) = {-(-n_in // block_tokens)}")
+                     f"ceil({n_in} / {block_tokens}) = {cdiv(n_in, block_tokens)}")
             ts.append(t / 1000)
             inp.append(n_in)
             out.append(n_out)
@@ -348,7 +348,7 @@ def synthetic_agent_trace(seed: int = 0, workload: AgentWorkload | None = None, 
                 break
             out = max(1, int(rng.exponential(w.output_tokens)))
             blocks = []
-            for k in range(-(-ctx // B)):
+            for k in range(cdiv(ctx, B)):
                 end = (k + 1) * B
                 if end > ctx:  # partial last block: content still changing
                     key = ("p", fresh)

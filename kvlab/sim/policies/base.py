@@ -26,6 +26,8 @@ import numpy as np
 from ...checks import need_choice, need_int
 from ...errors import ParameterError
 
+ADMISSIONS = {"all": 1, "second": 2}  # admission rule -> accesses a block needs before it is stored
+
 NEVER = np.iinfo(np.int64).max  # next use of a block that is not accessed again
 
 REGISTRY: dict[str, type["Policy"]] = {}  # name -> class, in registration order
