@@ -6,7 +6,9 @@ import pytest
 
 from kvlab.cli import main
 from kvlab.sim import policy_kernels as pk
-from kvlab.sim.analyze import analyze, cache_ratio_definitions, prefix_sharing, reuse_distribution
+from kvlab.errors import ParameterError
+from kvlab.sim.analyze import (analyze, bound_excess, cache_ratio_definitions, policy_table, prefix_sharing,
+                                reuse_distribution)
 from kvlab.sim.curves import cache_hits
 from kvlab.sim.traces import have_trace, load_trace, read_mooncake
 
@@ -76,6 +78,33 @@ def test_analysis_curves_and_targets(hand):
     for p in ("lru", "fifo", "lfu", "sieve", "arc"):
         assert (a.curves[p]["token_hit_rate"] <= opt).all()
     json.dumps(a.to_dict())  # every field serializes (NaN as null)
+
+
+@pytest.mark.skipif(not pk.ENABLED, reason="numba not available")
+def test_policy_table_bound_and_target_shares(hand):
+    tr = read_mooncake(hand, block_tokens=4)
+    rows = policy_table(tr, [2, 3], ["lru", "belady", "s3fifo"])
+    assert [(r["policy"], r["capacity_blocks"]) for r in rows] == [
+        ("lru", 2), ("lru", 3), ("belady", 2), ("belady", 3), ("s3fifo", 2), ("s3fifo", 3)]
+    for r in rows[:4]:
+        h = cache_hits(tr, r["policy"], [r["capacity_blocks"]])
+        assert (r["found"], r["prefix_blocks"], r["prefix_tokens"]) == (int(h.found[0]), int(h.prefix_blocks[0]),
+                                                                          int(h.prefix_tokens[0]))
+        assert r["token_hit_rate"] == h.token_hit_rate[0] and r["block_hit_rate"] == h.block_hit_rate[0]
+    assert rows[4]["found"] is None and np.isnan(rows[4]["token_hit_rate"])  # below S3-FIFO's smallest capacity
+    with pytest.raises(ParameterError, match="capacity"):
+        policy_table(tr, [0], ["lru"])
+    a = analyze(tr, points=6, policies=["lru", "fifo", "belady", "belady-bypass"], target_shares=[0.5, 1.0])
+    assert [t["target"] for t in a.targets[::4]] == [0.25, 0.5]  # shares of the 50% ceiling
+    ex = bound_excess(a, "block")
+    assert set(ex) == {"lru", "fifo", "belady-bypass"} and ex["lru"] <= 0 and ex["fifo"] <= 0
+    # a curve above the bound shows as a positive excess
+    a.curves["fifo"]["token_hit_rate"] = a.curves["belady"]["token_hit_rate"] + 0.125
+    assert bound_excess(a)["fifo"] == pytest.approx(0.125, abs=1e-12)
+    with pytest.raises(ParameterError, match="no 'arc' curve"):
+        bound_excess(a, bound="arc")
+    with pytest.raises(ParameterError, match="not both"):
+        analyze(tr, points=3, policies=["lru"], targets=[0.1], target_shares=[0.5])
 
 
 @pytest.mark.skipif(not pk.ENABLED, reason="numba not available")

@@ -57,7 +57,9 @@ def test_of_reads_the_notebook_namespace():
 
 TIERING = dict(trace="synthetic", synthetic_sessions=200, seed=0, models=["qwen3-8b"], model="deepseek-v4.1-flash",
                gpu="H100", hbm_gb=0.05, dram_gb=1.0, ssd_gb=10.0, policy="lru", ttl_s=0.0, ttls_s=[10, 30],
-               prefill_tokens_per_s=10_000.0, capacity_points=25, validate_mooncake=True)
+               prefill_tokens_per_s=10_000.0, capacity_points=25, validate_mooncake=True, policies=["lru", "sieve"],
+               table_gb=[0.05], mooncake_table_gb=[1.0], target_shares=[0.5], tier_policy=["sieve", "lru", "lru"],
+               tier_admission=["all", "second", "second"])
 
 
 @pytest.mark.parametrize("bad,match", [
@@ -67,6 +69,12 @@ TIERING = dict(trace="synthetic", synthetic_sessions=200, seed=0, models=["qwen3
     (dict(trace="missing.jsonl"), "parameter trace: 'missing.jsonl' not found"),
     (dict(validate_mooncake="yes"), "parameter validate_mooncake must be True or False"),
     (dict(model="nope"), "parameter model must be one of"),
+    (dict(policy="mru"), "parameter policy must be one of lru, fifo"),
+    (dict(policies=["lru", "clock"]), "parameter policies must be one of"),
+    (dict(table_gb=[0.0]), r"parameter table_gb must lie in \(0, 1e\+09\]"),
+    (dict(target_shares=[1.5]), r"parameter target_shares must lie in \(0, 1\]"),
+    (dict(tier_policy=["sieve", "lru"]), r"parameter tier_policy needs one entry per tier \(hbm, dram, ssd\), got 2"),
+    (dict(tier_admission=["all", "third", "all"]), "parameter tier_admission must be one of all, second"),
 ])
 def test_notebook_07_parameters(bad, match):
     assert TieringParams.of(TIERING).ttl == math.inf

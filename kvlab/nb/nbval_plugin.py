@@ -41,8 +41,8 @@ def pytest_collection_modifyitems(config, items):
 
     if have_trace("conversation") and have_trace("mooncake_synthetic"):
         return
-    skip = pytest.mark.skip(reason="the Mooncake traces are absent (kvlab.sim.traces.TRACES_DIR): "
-                                   "this cell validates the simulator on them")
+    skip = pytest.mark.skip(reason="the Mooncake traces are absent (kvlab traces fetch mooncake-conversation "
+                                   "mooncake-synthetic): this cell needs them")
     for item in items:
         cell = getattr(item, "cell", None)
         if cell is not None and str(cell.get("source", "")).startswith(TRACE_MARK):

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..checks import need_int, need_number
+from ..checks import need_choice, need_int, need_number
 from ..errors import ParameterError
-from .curves import cache_hits, capacity_for, grid
+from .curves import MEASURES, cache_hits, capacity_for, grid
 from .policies import get_policy, policy_names
 from .tiering import LruIndex, block_bytes, simulate_lru_fast, Tiers
 from .traces import Trace
@@ -166,9 +166,10 @@ def cache_ratio_definitions(trace: Trace, ix: LruIndex | None = None) -> list[di
 
 
 def analyze(trace: Trace, model: str | None = None, policies=None, points: int = 100, targets=None,
-            admission: str = "all", kv_format=None, scheme: str = "storage") -> Analysis:
-    """The whole analysis of one trace (see the module docstring). `targets`: token hit rates (default 50% and
-    90% of the trace's ceiling, the hit rate with every block cached); `policies`: names (default all)."""
+            admission: str = "all", kv_format=None, scheme: str = "storage", target_shares=None) -> Analysis:
+    """The whole analysis of one trace (see the module docstring). `targets`: token hit rates, or `target_shares`:
+    shares of the trace's ceiling (the hit rate with every block cached; default 50% and 90% of it);
+    `policies`: names (default all)."""
     if not isinstance(trace, Trace) or not trace.has_prefixes:
         raise ParameterError(f"trace {getattr(trace, 'name', trace)!r} has no block ids: the analyzer needs prefix "
                              "(block hash) information (Azure traces give arrivals and lengths only)")
@@ -195,8 +196,12 @@ def analyze(trace: Trace, model: str | None = None, policies=None, points: int =
             h = cache_hits(trace, p, caps[ok], admission)
             tok[ok], blk[ok] = h.token_hit_rate, h.block_hit_rate
         curves[p] = dict(capacity_blocks=caps, token_hit_rate=tok, block_hit_rate=blk)
+    if targets is not None and target_shares is not None:
+        raise ParameterError("give targets (hit rates) or target_shares (shares of the ceiling), not both")
     if targets is None:
-        targets = [0.5 * ceiling["token_hit_rate"], 0.9 * ceiling["token_hit_rate"]]
+        shares = [0.5, 0.9] if target_shares is None else [need_number("target share", s, 0.0, 1.0)
+                                                              for s in target_shares]
+        targets = [s * ceiling["token_hit_rate"] for s in shares]
     trows = []
     for t in targets:
         t = need_number("target", t, 0.0, 1.0)
@@ -229,3 +234,45 @@ def _capacity_from_curve(trace, policy, caps, rates, target, admission):
         r = cache_hits(trace, policy, [m], admission).token_hit_rate[0]
         lo, hi = (lo, m) if r >= target else (m, hi)
     return hi
+
+
+def policy_table(trace: Trace, capacities, policies=None, admission: str = "all") -> list[dict]:
+    """One row per policy and capacity (blocks): blocks found cached (libCacheSim's hits), prefix-hit blocks and
+    tokens, and both hit rates. A capacity below a policy's smallest (S3-FIFO's) gives None counts and NaN rates."""
+    names = policy_names() if policies is None else [get_policy(p).name for p in policies]
+    caps = np.array([need_int("capacity (blocks)", c, 1) for c in np.atleast_1d(capacities).tolist()], np.int64)
+    rows = []
+    for p in names:
+        ok = caps >= get_policy(p).min_capacity
+        h = cache_hits(trace, p, caps[ok], admission) if ok.any() else None
+        k = 0
+        for i, c in enumerate(caps.tolist()):
+            row = dict(policy=p, capacity_blocks=int(c), found=None, prefix_blocks=None, prefix_tokens=None,
+                       block_hit_rate=math.nan, token_hit_rate=math.nan)
+            if ok[i]:
+                row.update(found=int(h.found[k]), prefix_blocks=int(h.prefix_blocks[k]),
+                           prefix_tokens=int(h.prefix_tokens[k]), block_hit_rate=float(h.block_hit_rate[k]),
+                           token_hit_rate=float(h.token_hit_rate[k]))
+                k += 1
+            rows.append(row)
+    return rows
+
+
+def bound_excess(a: Analysis, measure: str = "token", bound: str = "belady") -> dict:
+    """Per policy on an analysis's curves: the most its hit rate (`measure`: "token" or "block") exceeds the
+    `bound` policy's at any capacity both were run at (<= 0: the bound holds on every point). The bound's own
+    curve must be in the analysis."""
+    need_choice("measure", measure, MEASURES)
+    if bound not in a.curves:
+        raise ParameterError(f"the analysis has no {bound!r} curve to hold the others against "
+                             f"(it has {', '.join(a.curves)})")
+    key = f"{measure}_hit_rate"
+    opt = np.asarray(a.curves[bound][key])
+    out = {}
+    for p, c in a.curves.items():
+        if p == bound:
+            continue
+        d = np.asarray(c[key]) - opt
+        d = d[~np.isnan(d)]
+        out[p] = float(d.max()) if len(d) else math.nan
+    return out

@@ -602,6 +602,12 @@ class TieringParams(NotebookParams):
     prefill_tokens_per_s: float  # prefill rate for recomputed tokens
     capacity_points: int  # points on each hit-rate curve
     validate_mooncake: bool  # set the Mooncake traces' reuse beside the paper's Table 2 when they are present
+    policies: list  # policies compared on hit-rate curves and in the tiers (Belady's bound is always drawn)
+    table_gb: list  # capacities (GB of the detailed model's KV) of the policy table
+    mooncake_table_gb: list  # the same on Mooncake's conversation trace, when present
+    target_shares: list  # target token hit rates, as shares of the trace's ceiling (every block cached)
+    tier_policy: list  # one eviction policy per tier (HBM, DRAM, SSD) for the per-tier run
+    tier_admission: list  # one admission rule per tier: "all" (every block) or "second" (from its second access)
     ttl: float = field(init=False)  # ttl_s, with "none" as math.inf
 
     def __post_init__(self):
@@ -620,6 +626,14 @@ class TieringParams(NotebookParams):
         self.need_number("prefill_tokens_per_s", 0.0, lo_open=True)
         self.need_int("capacity_points", 2)
         self.need_flag("validate_mooncake")
+        self.need_names("policies", POLICIES)
+        self.need_numbers("table_gb", 0.0, MAX_GB, lo_open=True)
+        self.need_numbers("mooncake_table_gb", 0.0, MAX_GB, lo_open=True)
+        self.need_numbers("target_shares", 0.0, 1.0, lo_open=True)
+        for k, choices in (("tier_policy", POLICIES), ("tier_admission", ("all", "second"))):
+            if len(self.need_names(k, choices)) != len(TIERS):
+                raise ParameterError(f"parameter {k} needs one entry per tier ({', '.join(TIERS)}), "
+                                     f"got {len(getattr(self, k))}")
         if self.need_text("trace") != "synthetic" and not have_trace(self.trace):
             raise ParameterError(f"parameter trace: {self.trace!r} not found (use 'synthetic', a Mooncake JSONL path, "
                                  f"or conversation / mooncake_synthetic where the traces are present)")

@@ -6,8 +6,10 @@ traces, Apache-2.0) gives one hash id per 512-token block, each standing for the
 before it, so a shared leading run of ids is a reusable prefix. Azure's 2023 LLM inference traces
 (Azure/AzurePublicDataset, CC-BY-4.0) give arrivals and lengths only. Trace files are never copied
 into the repository: `kvlab traces fetch NAME` downloads them, verified, into the user's data folder
-(kvlab.sim.catalog), where readers find them by name; a developer's ../shared/traces beside the clone
-serves as a local mirror; an explicit path always works; the synthetic generator stands in otherwise.
+(kvlab.sim.catalog: the folder in $KVLAB_DATA, else the user's cache folder), where readers find them by name;
+an explicit path always works; the synthetic generator stands in otherwise. A user's clone has no other trace
+folder: TRACES_DIR (../shared/traces beside the repository) is only a developer's local mirror, looked in when it
+happens to exist, and tests fall back to generated traces without it.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from ..checks import cdiv, need_int, need_number
 from ..errors import KvlabError, ParameterError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-TRACES_DIR = REPO_ROOT.parent / "shared" / "traces"  # a developer's local mirror beside the clone, when present
+TRACES_DIR = REPO_ROOT.parent / "shared" / "traces"  # a developer's local mirror only (a user's clone has none)
 MOONCAKE_BLOCK_TOKENS = 512  # Mooncake hashes 512-token blocks (FAST'25 traces README)
 MAX_TOKENS = 2**40  # largest prompt or output length accepted from a trace (token sums stay exact in int64)
 MAX_HASH = 2**63  # hash ids are stored as int64
@@ -234,8 +236,8 @@ def read_azure(path: str | Path, limit: int | None = None) -> Trace:
 
 def trace_path(name: str | Path, traces_dir: str | Path | None = None) -> Path:
     """A trace by explicit path, or by catalog name or alias (`kvlab traces list`: mooncake-conversation,
-    conversation, ...) from the data folder where `kvlab traces fetch` saves it, or from a local mirror folder
-    (default ../shared/traces beside the repository, when present)."""
+    conversation, ...) from the data folder where `kvlab traces fetch` saves it ($KVLAB_DATA or the user's cache
+    folder), else from `traces_dir` - by default TRACES_DIR, a developer's local mirror that a user's clone lacks."""
     p = Path(name)
     if p.is_dir():
         raise TraceError(f"{p}: is a directory, not a trace file")
