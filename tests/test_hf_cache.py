@@ -262,6 +262,12 @@ def test_bad_mechanisms(text, err):
         parse_mechanism(text)
 
 
+def test_mechanism_key_colon_value():
+    """'key:value' reads as 'key=value' (papermill parses one '=' per parameters line)."""
+    for text in ("window:16", "csa:4,topk:4,window:16", "capped:4x4,topk:8"):
+        assert parse_mechanism(text) == parse_mechanism(text.replace(":", "="))
+
+
 def test_unsupported_family_is_named():
     cfg = AutoConfig.for_model("gpt2", n_layer=1, n_embd=32, n_head=2, vocab_size=64)
     with pytest.raises(ConfigError, match="'gpt2'.*|gpt2"):
