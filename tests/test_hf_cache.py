@@ -234,11 +234,16 @@ def test_mechanism_that_keeps_everything_is_dense(models, mech):
     assert torch.equal(ref, out)
 
 
-def test_window_bytes_are_bounded(models):
-    m = models["qwen3"]
-    cache = make_cache(m, mechanism="window=16")
+@pytest.mark.parametrize("family,per_token", [("qwen3", 3 * 2 * 2 * 32 * 2), ("deepseek_v3", 2 * (48 + 16) * 2)])
+@pytest.mark.parametrize("fmt", ["bf16", "nvfp4"])
+def test_window_bytes_are_bounded(models, family, per_token, fmt):
+    """A window keeps its last W - 1 tokens on dense K/V and on the MLA latent alike, in any format."""
+    m = models[family]
+    cache = make_cache(m, fmt, mechanism="window=16")
     sizes = [cache.nbytes for _ in feed(m, cache, [30, 1, 1, 1])]
-    assert sizes == [3 * 2 * 2 * 32 * 2 * 15] * 4
+    assert sizes == [cache.predicted_bytes()] * 4
+    if fmt == "bf16":
+        assert sizes[0] == per_token * 15
 
 
 def test_mechanism_needs_kvlab_attention():
@@ -257,6 +262,12 @@ def test_mechanism_needs_kvlab_attention():
 def test_bad_mechanisms(text, err):
     with pytest.raises(ParameterError, match=err):
         parse_mechanism(text)
+
+
+def test_mechanism_key_colon_value():
+    """'key:value' reads as 'key=value' (papermill parses one '=' per parameters line)."""
+    for text in ("window:16", "csa:4,topk:4,window:16", "capped:4x4,topk:8"):
+        assert parse_mechanism(text) == parse_mechanism(text.replace(":", "="))
 
 
 def test_unsupported_family_is_named():

@@ -11,6 +11,7 @@ from kvlab.sim.tiering import TieringParams
 from kvlab.compare import BytesPerTokenParams
 from kvlab.nb.runner import NOTEBOOK_DIR as NOTEBOOKS
 from kvlab.serving.capacity import SessionsParams
+from kvlab.hf.quality import QualityParams
 
 
 @dataclass
@@ -94,7 +95,8 @@ def notebook_defaults(stem: str) -> dict:
 def test_every_notebook_default_is_accepted():
     """The dataclass and the parameters cell agree: the cell's defaults build it, its names are its fields."""
     for stem, cls in (("06_sessions_per_gpu", SessionsParams), ("07_tiering_on_traces", TieringParams),
-                      ("01_kv_bytes_per_token", BytesPerTokenParams)):
+                      ("01_kv_bytes_per_token", BytesPerTokenParams),
+                      ("08_quality_on_trained_models", QualityParams)):
         defaults = notebook_defaults(stem)
         cls.of(defaults)
         assert set(defaults) == {f.name for f in fields(cls) if f.init}, stem
@@ -109,3 +111,18 @@ def test_notebook_06_parameters():
                        (dict(contexts=[0]), "parameter contexts must be an integer >= 1")):
         with pytest.raises(ParameterError, match=match):
             SessionsParams.of({**p, **bad})
+
+
+def test_notebook_08_parameters():
+    p = notebook_defaults("08_quality_on_trained_models")
+    q = QualityParams.of(p)
+    assert [path.split("/")[-1] for path in q.paths] == ["qwen3-tiny", "deepseek-v3-tiny", "kvlab-v41-tiny"]
+    for bad, match in ((dict(mechanisms=["windw=4"]), "parameter mechanisms: mechanism 'windw=4'"),
+                       (dict(formats=["fp7"]), "parameter formats: "),
+                       (dict(peers=["quanto3"]), "parameter peers must be one of"),
+                       (dict(contexts=[8]), "parameter contexts must be an integer >= 16"),
+                       (dict(models="qwen3-tiny"), "parameter models must be a list"),
+                       (dict(task="copy"), "parameter task must be one of"),
+                       (dict(compute_dtype="float16"), "parameter compute_dtype must be one of")):
+        with pytest.raises(ParameterError, match=match):
+            QualityParams.of({**p, **bad})

@@ -56,10 +56,12 @@ class Mla(Family):
         super().check_shard(spec, shard)  # DCP divides TP; heads divide TP (dcp <= tp / 1 holds)
 
     def layer(self, spec, scheme, fmts, shard, index: int) -> LayerCache:
-        """One MLA layer on one GPU: the whole latent (replicated over TP), its tokens interleaved over DCP."""
+        """One MLA layer on one GPU: the whole latent (replicated over TP), its tokens interleaved over DCP; a
+        window (a cache that keeps only the last tokens of an MLA model) bounds it, not interleaved."""
         lat = self.kv_entry(spec, scheme, "latent", {"latent": spec.kv_lora_rank, "rope": spec.qk_rope_head_dim},
                             fmts)
-        comps = [Component("latent", lat, interleave=shard.dcp)]
+        window = spec.layer_windows[index] if spec.layer_windows else None
+        comps = [Component("latent", lat, window=window, interleave=shard.dcp if window is None else 1)]
         if spec.index_head_dim:
             comps.append(Component("index", self.entry(spec, scheme, "index", {"all": spec.index_head_dim}, fmts.k)))
         return LayerCache(index, "mla", tuple(comps))

@@ -84,7 +84,8 @@ def _count(text: str, key: str, value: str) -> int:
 
 
 def parse_mechanism(text: str | Mechanism | None) -> Mechanism:
-    """'window=64', 'topk=32', 'capped=16x8,topk=32', 'csa=4,topk=32,window=64', 'hca=32,window=64' or 'dense'."""
+    """'window=64', 'topk=32', 'capped=16x8,topk=32', 'csa=4,topk=32,window=64', 'hca=32,window=64' or 'dense';
+    'key:value' reads as 'key=value' (a notebook's parameters cell, which papermill parses, takes one '=' a line)."""
     if text is None or isinstance(text, Mechanism):
         return text or DENSE
     if not isinstance(text, str):
@@ -94,7 +95,7 @@ def parse_mechanism(text: str | Mechanism | None) -> Mechanism:
         return DENSE
     opts = {}
     for item in s.split(","):
-        key, sep, value = (x.strip() for x in item.partition("="))
+        key, sep, value = (x.strip() for x in item.replace(":", "=", 1).partition("="))
         if not sep or key not in ("window", "topk", "capped", "csa", "hca"):
             raise ParameterError(f"mechanism {text!r}: {item.strip()!r} is not one of window=W, topk=K, capped=BxS, "
                                  "csa=M, hca=M (key=value, comma separated)")

@@ -11,13 +11,14 @@ no other beats on both bytes and perplexity.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 import torch
 
-from .. import checks
-from ..errors import KvlabError, ParameterError
+from ..errors import ParameterError
 from ..models import DATA_DIR
+from ..nb.params import NotebookParams
 from .evaluate import PEERS, Pass, decode_rate, peer_cache, run_pass
 
 CHECKPOINTS = DATA_DIR / "checkpoints"  # the small trained models (kvlab.train; `make train` rebuilds them)
@@ -35,7 +36,7 @@ def resolve_model(name: str) -> str:
 
 
 @dataclass
-class QualityParams:
+class QualityParams(NotebookParams):
     """Notebook 08's parameters, checked on construction: a bad one stops the notebook with one message."""
 
     models: list  # trained dense / MLA checkpoints: names under data/checkpoints, directories or Hub ids
@@ -53,61 +54,34 @@ class QualityParams:
     decode_steps: int  # decode steps timed per peer pair
     decode_rounds: int  # interleaved timing rounds
     seed: int  # seed of windows and samples
-    paths: list = field(init=False)  # models resolved to directories (or Hub ids)
+    threads: int  # torch CPU threads
+    paths: list = field(init=False)  # models (and the V4.1-like one) resolved to directories (or Hub ids)
     dtype: torch.dtype = field(init=False)  # compute_dtype as a torch dtype
-
-    @classmethod
-    def of(cls, namespace: dict) -> "QualityParams":
-        """The parameters by name from a notebook's namespace (`globals()`)."""
-        names = [f for f in cls.__dataclass_fields__ if cls.__dataclass_fields__[f].init]
-        missing = [n for n in names if n not in namespace]
-        if missing:
-            raise ParameterError(f"the parameters cell defines no {', '.join(missing)}")
-        return cls(**{n: namespace[n] for n in names})
 
     def __post_init__(self):
         from ..formats import get_format
         from .evaluate import quiet
         from .mechanisms import parse_mechanism
+        names = self.need_names("models")
+        if self.need_text("v41_model"):
+            names = names + [self.v41_model]
+        self.paths = [resolve_model(m) for m in names]
+        for f in self.need_names("formats"):
+            self.need_lookup("formats", get_format, f)
+        for m in self.need_names("mechanisms", empty=True):
+            self.need_lookup("mechanisms", parse_mechanism, m)
+        self.need_names("peers", PEERS[1:], empty=True)
+        self.need_ints("contexts", 16)
         with quiet():  # kvlab.train registers its model with transformers: imports that log timestamps
             from ..train.tasks import TASKS
-        self.paths = [resolve_model(_text("models", m)) for m in _list("models", self.models)]
-        _text("v41_model", self.v41_model)
-        for f in _list("formats", self.formats):
-            _lookup("formats", get_format, f)
-        for m in _list("mechanisms", self.mechanisms, empty=True):
-            _lookup("mechanisms", parse_mechanism, m)
-        for p in _list("peers", self.peers, empty=True):
-            checks.need_choice("parameter peers", p, PEERS[1:])
-        for c in _list("contexts", self.contexts):
-            checks.need_int("parameter contexts", c, 16)
-        checks.need_choice("parameter task", self.task, TASKS)
-        for k, lo in (("residual", 0), ("samples", 1), ("windows", 1), ("chunk", 1), ("decode_steps", 1),
-                      ("decode_rounds", 1), ("seed", 0)):
-            checks.need_int(f"parameter {k}", getattr(self, k), lo)
-        checks.need_choice("parameter compute_dtype", self.compute_dtype, COMPUTE_DTYPES)
+        self.need_choice("task", TASKS)
+        self.need_int("residual", 0)
+        for k in ("samples", "windows", "chunk", "decode_steps", "decode_rounds", "threads"):
+            self.need_int(k, 1)
+        self.need_int("seed", 0)
+        self.need_choice("compute_dtype", COMPUTE_DTYPES)
         self.dtype = getattr(torch, self.compute_dtype)
 
-
-def _list(name: str, v, empty: bool = False) -> list:
-    if isinstance(v, (str, bytes, dict)) or not isinstance(v, (list, tuple)):
-        raise ParameterError(f"parameter {name} must be a list, got {v!r}")
-    if not v and not empty:
-        raise ParameterError(f"parameter {name} must not be empty")
-    return list(v)
-
-
-def _text(name: str, v) -> str:
-    if not isinstance(v, str):
-        raise ParameterError(f"parameter {name} must be a string, got {v!r}")
-    return v
-
-
-def _lookup(name: str, fn, v):
-    try:
-        return fn(v)
-    except KvlabError as e:
-        raise ParameterError(f"parameter {name}: {e}") from None
 
 # The formats of the issue's frontier: integer groups get KIVI's treatment (keys per channel, values per
 # token) and a residual; the float formats quantize every token.
@@ -144,8 +118,13 @@ def format_settings(formats=FORMATS, residual: int = 32, dtype: torch.dtype | No
 def mechanism_settings(mechanisms=MECHANISMS, kv_format: str = "bf16", dtype: torch.dtype | None = None
                        ) -> list[Setting]:
     """One setting per mechanism, K/V in `kv_format`."""
-    return [Setting(m if kv_format == "bf16" else f"{m} {kv_format}", "kvlab",
-                    dict(kv_format=kv_format, mechanism=m, dtype=dtype)) for m in mechanisms]
+    from .mechanisms import parse_mechanism
+    out = []
+    for m in mechanisms:
+        label = parse_mechanism(m).label()  # 'window:64' and 'window=64' alike
+        out.append(Setting(label if kv_format == "bf16" else f"{label} {kv_format}", "kvlab",
+                           dict(kv_format=kv_format, mechanism=m, dtype=dtype)))
+    return out
 
 
 def peer_settings(peers=("quanto4", "quanto2", "fp8")) -> list[Setting]:
@@ -183,11 +162,9 @@ class Row:
     perplexity: float  # held-out, over every next token of every window
     accuracy: float | None  # task accuracy (None: no task)
     held_bytes: int  # measured after one window of `context` tokens (mean over windows)
-    predicted_bytes: int | None  # kvlab's prediction for the same (kvlab settings)
-
-    @property
-    def bytes_per_token(self) -> float:
-        return self.held_bytes / self.context
+    predicted_bytes: int | None  # kvlab's prediction for the same (kvlab settings; None: a peer)
+    matches: bool | None  # held == predicted after every window and task sample (None: a peer)
+    bytes_per_token: Fraction | None  # what each further token adds, from kvlab's layout (exact; None: a peer)
 
 
 def is_v41(model) -> bool:
@@ -195,9 +172,17 @@ def is_v41(model) -> bool:
     return getattr(model.config, "model_type", None) == "kvlab_v41"
 
 
+def stack_layout(model, kv_format: str):
+    """kvlab.layout's layout of the V4.1-like checkpoint with every store (entries, index keys, window) in one
+    format: what `kvlab bytes PATH` lays out, and what its Stack holds."""
+    from ..layout import build_layout
+    return build_layout(model.config.spec(), kv_format=kv_format)
+
+
 def stack_pass(model, ids: torch.Tensor, formats: dict, chunk: int, stack=None) -> Pass:
     """`run_pass` for the V4.1-like model: its trained weights in a kvlab.attention Stack whose packed stores
-    hold compressed entries, index keys and the window in `formats` (role -> format), fed in chunks."""
+    hold compressed entries, index keys and the window in `formats` (role -> format), fed in chunks. The
+    prediction is kvlab.layout's when every role takes one format."""
     from ..train.v41 import to_stack
     stack = stack or to_stack(model, formats)
     stack.reset()
@@ -210,20 +195,44 @@ def stack_pass(model, ids: torch.Tensor, formats: dict, chunk: int, stack=None) 
             n = target.shape[1]
             if n:
                 nll += float(torch.nn.functional.cross_entropy(logits[0, :n], target[0], reduction="sum"))
-    return Pass(nll, ids.shape[1] - 1, torch.cat(preds, 1), stack.cache_bytes()["total"], None)
+    one = set(formats.values())
+    pred = stack_layout(model, one.pop()).session(ids.shape[1]).total if len(one) == 1 else None
+    return Pass(nll, ids.shape[1] - 1, torch.cat(preds, 1), stack.cache_bytes()["total"], pred)
 
 
-def measure(model, setting: Setting, windows: torch.Tensor, samples, encode, chunk: int) -> tuple:
-    """(perplexity, accuracy, held bytes, predicted bytes) of one setting over text windows [n, T] and task
-    samples, each window and sample through a fresh cache."""
+@dataclass
+class Measured:
+    """One setting over a model's text windows and task samples."""
+
+    perplexity: float  # exp(mean NLL) over every next token of every window
+    accuracy: float | None  # task answers right / answers (None: no samples)
+    held_bytes: int  # bytes held after a window (mean over windows)
+    predicted_bytes: int | None  # kvlab's prediction after a window (None: a peer)
+    matches: bool | None  # held == predicted after every window and sample (None: a peer)
+    bytes_per_token: Fraction | None  # the layout's growth per token (None: a peer)
+
+
+def measure(model, setting: Setting, windows: torch.Tensor, samples, encode, chunk: int) -> Measured:
+    """One setting over text windows [n, T] and task samples, each window and sample through a fresh cache."""
     from ..train.tasks import render, score_predictions
+    growth = None
     if is_v41(model):
         from ..train.v41 import to_stack
         f = setting.options.get("kv_format") or "bf16"
-        stack = to_stack(model, {r: f for r in ("main", "index", "swa")})
-        run = lambda ids: stack_pass(model, ids, {}, chunk, stack)  # noqa: E731
+        roles = {r: f for r in ("main", "index", "swa")}
+        stack = to_stack(model, roles)
+        growth = stack_layout(model, f).bytes_per_token
+
+        def run(ids):
+            return stack_pass(model, ids, roles, chunk, stack)
     else:
-        run = lambda ids: run_pass(model, ids, setting.make(model), chunk)  # noqa: E731
+        def run(ids):
+            nonlocal growth
+            cache = setting.make(model)
+            p = run_pass(model, ids, cache, chunk)
+            if hasattr(cache, "layout"):
+                growth = cache.layout.bytes_per_token
+            return p
     nll = scored = 0
     held, pred = [], []
     for w in windows:
@@ -232,15 +241,19 @@ def measure(model, setting: Setting, windows: torch.Tensor, samples, encode, chu
         held.append(p.held_bytes)
         pred.append(p.predicted_bytes)
     right = total = 0
+    matches = all(h == q for h, q in zip(held, pred))
     for s in samples:
         ids, labels = render(s, encode)
         p = run(ids[None])
         r, n = score_predictions(p.predictions, labels[None])
         right, total = right + r, total + n
+        matches = matches and p.held_bytes == p.predicted_bytes
     ppl = float(torch.tensor(nll / scored).exp())
     acc = right / total if total else None
     mean = round(sum(held) / len(held))
-    return ppl, acc, mean, (round(sum(pred) / len(pred)) if pred[0] is not None else None)
+    if pred[0] is None:
+        return Measured(ppl, acc, mean, None, None, None)
+    return Measured(ppl, acc, mean, round(sum(pred) / len(pred)), matches, growth)
 
 
 def applies(model, setting: Setting) -> bool:
@@ -254,31 +267,35 @@ def applies(model, setting: Setting) -> bool:
 
 def sweep(models: dict, settings: list[Setting], contexts: list[int], task: str | None, samples: int, windows: int,
           chunk: int, seed: int = 0, progress: bool = True) -> list[Row]:
-    """Every (model, setting, context): models maps a name to (model, encode)."""
+    """Every (model, setting, context): models maps a name to (model, encode). The text windows are nested:
+    a context of T tokens reads the first T tokens of the same windows (drawn once at the longest context),
+    so perplexities at two contexts differ by the context, not by the text; task samples are drawn per context."""
     from tqdm.auto import tqdm
 
     from ..train.tasks import get_task
     rows = []
-    jobs = [(name, T) for name in models for T in contexts]
-    bar = tqdm(total=len(jobs) * len(settings), disable=not progress, desc="settings")
-    for name, T in jobs:
-        model, encode = models[name]
-        win = text_windows(encode, T, windows, seed)
-        ss = get_task(task).samples(seed, samples, T) if task else []
-        for s in settings:
-            if not applies(model, s):
+    longest = max(contexts)
+    bar = tqdm(total=len(models) * len(contexts) * len(settings), disable=not progress, desc="settings")
+    for name, (model, encode) in models.items():
+        text = text_windows(encode, longest, windows, seed)  # [windows, longest]
+        for T in contexts:
+            win = text[:, :T]
+            ss = get_task(task).samples(seed, samples, T) if task else []
+            for s in settings:
+                if not applies(model, s):
+                    bar.update()
+                    continue
+                try:
+                    m = measure(model, s, win, ss, encode, chunk)
+                except (ValueError, TypeError, RuntimeError) as e:
+                    if s.kind != "peer":
+                        raise
+                    bar.update()  # a transformers cache that cannot hold this model: said, not hidden
+                    bar.write(f"{name} / {s.label}: not measured ({type(e).__name__}: {str(e).splitlines()[0]})")
+                    continue
+                rows.append(Row(name, s.label, s.kind, T, m.perplexity, m.accuracy, m.held_bytes, m.predicted_bytes,
+                                m.matches, m.bytes_per_token))
                 bar.update()
-                continue
-            try:
-                ppl, acc, held, pred = measure(model, s, win, ss, encode, chunk)
-            except (ValueError, TypeError, RuntimeError) as e:
-                if s.kind != "peer":
-                    raise
-                bar.update()  # a transformers cache that cannot hold this model: said, not hidden
-                bar.write(f"{name} / {s.label}: not measured ({type(e).__name__}: {str(e).splitlines()[0]})")
-                continue
-            rows.append(Row(name, s.label, s.kind, T, ppl, acc, held, pred))
-            bar.update()
     bar.close()
     return rows
 
@@ -330,10 +347,43 @@ def training_record(path: str) -> dict:
     if not f.is_file():
         return {}
     r = json.loads(f.read_text())
+    final = r.get("final") or {}
     return dict(steps=r.get("steps_run"), tokens=r.get("tokens"), parameters=r.get("parameters"),
-                heldout_loss=(r.get("final") or {}).get("heldout_loss"))
+                heldout_loss=final.get("heldout_loss"), tasks=final.get("tasks") or {})
 
 
 def count_parameters(model) -> int:
     """Distinct parameters (tied embeddings once)."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def peer_table_settings(peers=("quanto4", "quanto2", "fp8")) -> list[Setting]:
+    """The side-by-side table's caches: kvlab BF16 beside transformers' DynamicCache, then each QuantizedCache
+    backend beside kvlab's setting at the same bits (PEER_PAIRS)."""
+    out = [Setting("kvlab bf16", "kvlab", dict(kv_format="bf16")), Setting("DynamicCache", "peer", dict(peer="dynamic"))]
+    for p in peers:
+        out += [PEER_PAIRS[p], *peer_settings([p])]
+    return out
+
+
+def table(rows: list[Row]):
+    """The rows as one pandas table per (model, setting): bytes per token (the layout's), and per context the
+    bytes held (measured), whether they equal kvlab's prediction, perplexity and task accuracy."""
+    import pandas as pd
+    df = pd.DataFrame([dict(model=r.model, setting=r.setting, kind=r.kind, context=r.context,
+                            bytes_per_token=None if r.bytes_per_token is None else float(r.bytes_per_token),
+                            held_bytes=r.held_bytes, exact=r.matches, perplexity=r.perplexity, accuracy=r.accuracy)
+                       for r in rows])
+    order = list(dict.fromkeys(zip(df.model, df.setting)))
+    wide = df.pivot_table(index=["model", "setting"], columns="context", aggfunc="first",
+                          values=["held_bytes", "perplexity", "accuracy"], dropna=False)
+    wide.columns = [f"{v} @{t}" for v, t in wide.columns]
+    head = df.groupby(["model", "setting"], sort=False)[["kind", "bytes_per_token", "exact"]].first()
+    out = head.join(wide).loc[order]
+    cols = ["kind", "bytes_per_token", "exact"] + [f"{v} @{t}" for v in ("held_bytes", "perplexity", "accuracy")
+                                                   for t in sorted(df.context.unique())]
+    out = out[cols]
+    for c in out.columns:
+        if c.startswith("held_bytes"):
+            out[c] = out[c].astype("Int64")
+    return out

@@ -3,8 +3,8 @@
 `python -m kvlab.nb.figures` (`make figures`) reads runs/latest (running the notebooks it lacks through
 `kvlab.nb.runner` first), writes each figure's PNG exactly as the notebook rendered it, and rewrites the README block
 between FIGURES_START and FIGURES_END: one image and one line per figure, the line's numbers read from the run's
-recorded results. A figure whose notebook does not exist yet (08, the memory/quality frontier) is left out until it
-does; the next `make figures` adds it.
+recorded results. A figure whose notebook does not exist (a trimmed checkout) is left out until it does; the next
+`make figures` adds it.
 """
 from __future__ import annotations
 
@@ -55,8 +55,12 @@ FIGURES = [
            "vLLM lays it out (unpadded, page-padded)",
            lambda r: f"{_n(r['bytes_per_token'])} B against {_n(min(r['baseline_bytes_per_token'].values()))} to "
                      f"{_n(max(r['baseline_bytes_per_token'].values()))} B"),
-    Figure("frontier", "08", "frontier",
-           "Memory against quality: bytes per token of each KV format against the quality it keeps"),
+    Figure("frontier", "08", "memory / quality frontier",
+           "Memory against quality on the small models trained here: bytes each KV format and mechanism keeps (measured) "
+           "against held-out perplexity, and dense vs MLA vs V4.1-like at the same training budget",
+           lambda r: "BF16 KV bytes per token " + ", ".join(f"{m} {_n(b)}" for m, b in r["bf16_bytes_per_token"].items())
+                     + ("; every kvlab cache held exactly the bytes kvlab predicts" if r["held_equals_predicted"] is True
+                        else "; held bytes differ from kvlab's prediction")),
     Figure("sessions-per-gpu", "06", "sessions per GPU (log)",
            "Sessions that fit on one GPU per model, GPU and session length, weights and bounded state counted",
            lambda r: "at 1M tokens an H200 holds " + ", ".join(
