@@ -46,8 +46,10 @@ endif
 run: setup
 	$(BIN)/kvlab run
 
+# The suite on TEST_WORKERS processes (pytest-xdist; a test file's tests, or a notebook's cells, stay on one worker).
+TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # nbval on the notebooks that hold floats under each torch kernel set, MKL_CBWR and thread count (.ci/test-matrix.sh).
 test-matrix: setup
