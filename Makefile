@@ -49,7 +49,7 @@ run: setup
 # The suite on TEST_WORKERS processes (pytest-xdist; a test file's tests, or a notebook's cells, stay on one worker).
 TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # nbval on the notebooks that hold floats under each torch kernel set, MKL_CBWR and thread count (.ci/test-matrix.sh).
 test-matrix: setup
