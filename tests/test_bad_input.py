@@ -39,6 +39,7 @@ from kvlab.layout import Shard
 from kvlab.serving import capacity, hardware
 from kvlab.serving.budget import kv_budget
 from kvlab.serving.parallel import Parallelism, per_gpu
+from nbutil import tiny_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -640,16 +641,6 @@ def test_documented_ranges_are_computed_from_the_table(fmt, largest):
 
 
 # --- 7. lost user data ----------------------------------------------------------------------------------------
-def _tiny_notebook(path: Path, *bodies: str) -> Path:
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell("x: int = 1  # a parameter")
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params] + [nbformat.v4.new_code_cell(b) for b in bodies]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, str(path))
-    return path
-
-
 def _snapshot(root: Path) -> dict:
     """Every path under root with its bytes (files) or link target (links)."""
     out = {}
@@ -694,7 +685,7 @@ LOST_DATA = [
 
 @pytest.mark.parametrize("desc,setup,words", LOST_DATA, ids=[c[0] for c in LOST_DATA])
 def test_run_never_replaces_a_latest_it_did_not_make(desc, setup, words, tmp_path, capsys):
-    nb = _tiny_notebook(tmp_path / "01_tiny.ipynb", "y = x")
+    nb = tiny_notebook(tmp_path / "01_tiny.ipynb", "y = x")
     out = tmp_path / "runs"
     out.mkdir()
     setup(out)
@@ -706,7 +697,7 @@ def test_run_never_replaces_a_latest_it_did_not_make(desc, setup, words, tmp_pat
 
 
 def test_run_into_a_file_is_refused(tmp_path, capsys):
-    nb = _tiny_notebook(tmp_path / "01_tiny.ipynb", "y = x")
+    nb = tiny_notebook(tmp_path / "01_tiny.ipynb", "y = x")
     f = tmp_path / "runs"
     f.write_bytes(b"\x00user data\xff")
     _one_line_error(*_cli(["run", nb, "--out", f], capsys)[::2], ["is a file", "--out"])
@@ -788,9 +779,9 @@ def test_read_run_refuses_a_folder_without_status(tmp_path):
 def test_interrupted_run_says_so_and_fools_no_one(sig, tmp_path):
     """Ctrl-C / SIGTERM while a notebook runs: the notebook, results.json and run.json say "interrupted", latest
     stays on the last finished run, and the next run is a new, complete one."""
-    slow = _tiny_notebook(tmp_path / "01_slow.ipynb", "from kvlab.nb.record import record\nrecord('early', x)",
+    slow = tiny_notebook(tmp_path / "01_slow.ipynb", "from kvlab.nb.record import record\nrecord('early', x)",
                           "import time\ntime.sleep(120)", "record('late', 2)")
-    after = _tiny_notebook(tmp_path / "02_after.ipynb", "print('after')")
+    after = tiny_notebook(tmp_path / "02_after.ipynb", "print('after')")
     root = tmp_path / "runs"
     finished = _fake_run(root, "20250101-000000", "ok")
     (root / "latest").symlink_to(finished.name, target_is_directory=True)

@@ -1,5 +1,5 @@
 """kvlab.nb.params: one clear ParameterError naming the parameter, from every notebook's parameters dataclass."""
-import json
+import ast
 import math
 from dataclasses import dataclass, fields
 
@@ -9,7 +9,7 @@ from kvlab.errors import ParameterError
 from kvlab.nb.params import NotebookParams
 from kvlab.sim.tiering import TieringParams
 from kvlab.compare import BytesPerTokenParams
-from kvlab.nb.runner import NOTEBOOK_DIR as NOTEBOOKS
+from kvlab.nb.runner import NOTEBOOK_DIR as NOTEBOOKS, declared_parameters
 from kvlab.serving.capacity import SessionsParams
 from kvlab.hf.quality import QualityParams
 
@@ -84,12 +84,8 @@ def test_notebook_07_parameters(bad, match):
 
 
 def notebook_defaults(stem: str) -> dict:
-    """The names a notebook's parameters cell defines, run as the notebook runs it."""
-    cells = json.loads((NOTEBOOKS / f"{stem}.ipynb").read_text())["cells"]
-    cell = next(c for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
-    namespace: dict = {}
-    exec("".join(cell["source"]), namespace)
-    return {k: v for k, v in namespace.items() if not k.startswith("__")}
+    """A notebook's declared parameter defaults (kvlab.nb.runner.declared_parameters), as values."""
+    return {n: ast.literal_eval(p["default"]) for n, p in declared_parameters(NOTEBOOKS / f"{stem}.ipynb").items()}
 
 
 def test_every_notebook_default_is_accepted():

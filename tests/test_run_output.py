@@ -5,26 +5,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
+from nbutil import tiny_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
-def _notebook(path, body):
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell("x: int = 1  # a parameter")
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell(body)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, str(path))
-    return str(path)
-
-
 def test_one_line_per_notebook_and_no_kernel_warnings(tmp_path):
-    good = _notebook(tmp_path / "01_good.ipynb", "from kvlab.nb.record import record\nrecord('doubled', 2 * x)")
-    bad = _notebook(tmp_path / "02_bad.ipynb", "raise RuntimeError('boom')")
+    good = tiny_notebook(tmp_path / "01_good.ipynb", "from kvlab.nb.record import record\nrecord('doubled', 2 * x)")
+    bad = tiny_notebook(tmp_path / "02_bad.ipynb", "raise RuntimeError('boom')")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(ROOT)}
     r = subprocess.run([sys.executable, "-m", "kvlab", "run", good, bad, "-p", "x", "3", "--out", "runs"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -1,30 +1,20 @@
 """Batch runs: a failing notebook keeps its output, the others run, earlier runs are never overwritten."""
 import json
 
-import nbformat
 import pytest
 
 from kvlab.errors import ParameterError
 from kvlab.nb.runner import run_notebooks
-
-
-def _notebook(path, body):
-    nb = nbformat.v4.new_notebook()
-    params = nbformat.v4.new_code_cell("x: int = 1  # a parameter")
-    params.metadata["tags"] = ["parameters"]
-    nb.cells = [params, nbformat.v4.new_code_cell(body)]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, str(path))
-    return str(path)
+from nbutil import tiny_notebook
 
 
 @pytest.fixture
 def books(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
-    good = _notebook(src / "01_good.ipynb", "from kvlab.nb.record import record\nrecord('doubled', 2 * x)")
-    bad = _notebook(src / "02_bad.ipynb", "from kvlab.nb.record import record\nrecord('before', 7)\nraise RuntimeError('boom')")
-    last = _notebook(src / "03_after.ipynb", "from kvlab.nb.record import record\nrecord('after', x + 1)")
+    good = tiny_notebook(src / "01_good.ipynb", "from kvlab.nb.record import record\nrecord('doubled', 2 * x)")
+    bad = tiny_notebook(src / "02_bad.ipynb", "from kvlab.nb.record import record\nrecord('before', 7)\nraise RuntimeError('boom')")
+    last = tiny_notebook(src / "03_after.ipynb", "from kvlab.nb.record import record\nrecord('after', x + 1)")
     return tmp_path, [good, bad, last]
 
 
