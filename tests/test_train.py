@@ -84,6 +84,35 @@ def test_trained_beats_untrained(name, corpus):
     assert max(gains.values()) > 0.05, gains  # answers in the answer alphabet, where the untrained model has none
 
 
+class _Copier(torch.nn.Module):
+    """An oracle with an induction head and nothing else: it predicts what followed the latest earlier occurrence
+    of the current two tokens, and is uniform where there is none."""
+
+    def forward(self, input_ids, use_cache=None):
+        b, t = input_ids.shape
+        logits = torch.zeros(b, t, 256)
+        for i in range(b):
+            x, seen = input_ids[i].tolist(), {}
+            for j in range(1, t):
+                if (x[j - 1], x[j]) in seen:
+                    logits[i, j, x[seen[x[j - 1], x[j]] + 1]] = 10.0
+                if j + 1 < t:
+                    seen[x[j - 1], x[j]] = j
+        return type("Out", (), {"logits": logits})()
+
+
+def test_copy_probe_tells_a_copier_from_a_model_that_cannot_look_back():
+    from kvlab.train.probe import copy_probe, copy_strings
+    ids = copy_strings(seed=3, n=4, length=40)
+    assert ids.shape == (4, 80) and torch.equal(ids[:, :40], ids[:, 40:]) and torch.equal(ids, copy_strings(3, 4, 40))
+    copier = copy_probe(_Copier(), seed=3, n=4, length=40)
+    assert copier.gain > 4.0 and copier.second < 1.0 and copier.accuracy > 0.85 and copier.first > 5.0
+    untrained = copy_probe(build_model("dense", seed=1), seed=3, n=4, length=40)
+    assert abs(untrained.gain) < 0.1 and untrained.first > 5.0  # ~ ln 256 on both copies
+    with pytest.raises(ParameterError):
+        copy_probe(_Copier(), length=1)
+
+
 @pytest.mark.parametrize("name", CHECKPOINTS)
 def test_retrain_reproduces_the_committed_curve(name, corpus):
     cfg, saved, record = load_record(checkpoint_dir(name))

@@ -16,6 +16,8 @@ Public API (stable; other kvlab modules and notebooks use only these names):
   v41      KvlabV41Config / KvlabV41ForCausalLM (model_type "kvlab_v41", registered with AutoConfig and
            AutoModelForCausalLM when kvlab.train is imported); to_stack(model, formats) -> kvlab.attention Stack
            with the trained weights (cached prefill / decode in packed KV formats, cache_bytes())
+  probe    copy_probe(model, seed, n, length) -> CopyProbe(first, second, accuracy; gain): the repeated-random-text
+             probe of induction (does the model copy from its context at all?)
   loop     TrainConfig, train(cfg, stop_after=None) -> Result, save(result, path), evaluate(model, corpus, ...),
            load_record(path) -> (TrainConfig, curve, record), retrain(path, steps)
   CHECKPOINTS  data/checkpoints/<name>/ (qwen3-tiny, deepseek-v3-tiny, kvlab-v41-tiny): config.json,
@@ -29,12 +31,14 @@ from . import v41  # noqa: F401  (registers model_type "kvlab_v41" with transfor
 from .data import ByteTokenizer, Corpus, load_corpus, save_tokenizer
 from .loop import Result, TrainConfig, evaluate, load_record, retrain, save, train
 from .models import ARCHS, SIZES, build_model, make_config
+from .probe import CopyProbe, copy_probe
 from .tasks import TASKS, Sample, batch, get_task, render, score, score_predictions
 
 CHECKPOINTS = "data/checkpoints"  # relative to the repository root (kvlab.models.DATA_DIR / "checkpoints")
 
 __all__ = ["ByteTokenizer", "Corpus", "load_corpus", "save_tokenizer", "Result", "TrainConfig", "evaluate",
-           "load_record", "retrain", "save", "train", "ARCHS", "SIZES", "build_model", "make_config", "TASKS",
+           "load_record", "retrain", "save", "train", "ARCHS", "SIZES", "build_model", "make_config", "CopyProbe",
+           "copy_probe", "TASKS",
            "Sample", "batch", "get_task", "render", "score", "score_predictions", "CHECKPOINTS", "checkpoint_dir"]
 
 

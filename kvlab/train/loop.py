@@ -28,6 +28,7 @@ from ..errors import ParameterError
 from . import tasks as T
 from .data import VOCAB, load_corpus, save_tokenizer
 from .models import ARCHS, NAMES, SIZES, build_model, count_parameters
+from .probe import copy_probe
 
 CURVE_FILE = "loss_curve.json"
 RECORD_FILE = "train_record.json"
@@ -159,8 +160,9 @@ def losses(logits: torch.Tensor, labels: torch.Tensor, is_task: torch.Tensor) ->
 @torch.no_grad()
 def evaluate(model, corpus, windows: int = 16, samples: int = 32, length: int = 512, seed: int = 12345,
              tasks=tuple(T.TASKS), device: str | torch.device = "cpu", batch: int = 8) -> dict:
-    """Held-out text loss (nats per byte) and each task's accuracy, on seeded held-out material (seeds apart
-    from training's: task samples from `seed`, text windows from the held-out split)."""
+    """Held-out text loss (nats per byte), each task's accuracy and the copy probe's gain (kvlab.train.probe: how
+    much a repeated random string's second copy is easier, nats per byte), on seeded held-out material (seeds
+    apart from training's: task samples from `seed`, text windows from the held-out split)."""
     was = model.training
     model.eval()
     x = corpus.windows("heldout", windows, length, seed)
@@ -179,6 +181,7 @@ def evaluate(model, corpus, windows: int = 16, samples: int = 32, length: int = 
             r, c = T.score_predictions(_logits(model, ids.to(device)).argmax(-1).cpu(), lab)
             right, count = right + r, count + c
         out["tasks"][name] = right / count
+    out["copy_gain"] = copy_probe(model, seed, device=device).gain
     model.train(was)
     return out
 
@@ -226,7 +229,8 @@ def train(cfg: TrainConfig, stop_after: int | None = None, progress: bool = True
             ev = evaluate(model, corpus, cfg.eval_windows, cfg.eval_samples, cfg.eval_length, device=dev)
             curve["eval"].append({"step": step + 1, **ev})
             bar.write(f"step {step + 1}: held-out {ev['heldout_loss']:.3f} nats/byte; " +
-                      ", ".join(f"{k} {v:.2f}" for k, v in ev["tasks"].items()))
+                      ", ".join(f"{k} {v:.2f}" for k, v in ev["tasks"].items()) +
+                      f"; copy gain {ev['copy_gain']:.2f} nats/byte")
     wall = time.perf_counter() - t0
     model.eval()
     record = _record(cfg, corpus, model, steps, wall)
