@@ -291,7 +291,8 @@ def test_bad_formats_are_named(models):
 
 
 KERNEL_FORMATS = ["int4", "int2", "int8", "int4_g64", "nvfp4", "nvfp4_2level", "mxfp4", "mxfp8", "fp8_e4m3",
-                  "fp8_e5m2", "fp8_e4m3_token", "fp8_e4m3_b128", "fp8_e4m3_b64_ue8m0"]
+                  "fp8_e5m2", "fp8_e4m3_token", "fp8_e4m3_b128", "fp8_e4m3_b64_ue8m0",
+                  "int4_g64/channel", "int2_g64/channel", "int8/channel"]  # /channel: values in key groups too
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -305,9 +306,11 @@ def test_compiled_decoder_is_bit_exact(fmt, dtype):
     x[:, :, 4] = -0.0
     x[:, :, 5, ::2] = -1e-30  # rounds to -0 in most formats
     x = x.to(dtype)
-    fast, slow = make_cache(cfg, fmt, dtype=dtype), make_cache(cfg, fmt, dtype=dtype)
+    fmt, _, axis = fmt.partition("/")
+    opts = dict(value_axis=axis) if axis else {}
+    fast, slow = make_cache(cfg, fmt, dtype=dtype, **opts), make_cache(cfg, fmt, dtype=dtype, **opts)
     a = fast.update(x, x, 0)
-    assert fast.layers[0].streams["k"].decoder is not None
+    assert all(s.decoder is not None for s in fast.layers[0].streams.values())
     for s in slow.layers[0].streams.values():
         s.decoder = None
     b = slow.update(x, x, 0)
