@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, get_layer_types_and_kwargs
 
@@ -117,10 +118,18 @@ class Stream:
         """Every held token, packed ones decoded, then the residual: [B, H, T', W] in the cache's dtype."""
         b, h, w, g = self.batch, self.heads, self.width, self.group
         n, p = self.packed.rows, self.pend.shape[2]
-        out = torch.empty(b, h, n * g + p, w, dtype=self.dtype, device=self.pend.device)
         if n and self.decoder is not None:  # compiled: each packed byte read once, each value written in place
-            self.decoder(self.packed.packed(), self.packed.tensor_scales, out.view(b * h, -1, w))
-        elif n:  # decoded rows go straight into place (one conversion to the cache's dtype on the way)
+            bf16 = self.dtype == torch.bfloat16
+            dst = np.empty((b * h, n * g + p, w), np.uint16 if bf16 else np.float32)  # [B*H, T', W]
+            self.decoder.decode(self.packed.numpy(), self.packed.tensor_scales, dst)
+            if p:  # the residual after them (numpy views of both: no torch op per step for the copy)
+                pend = self.pend.view(torch.int16).numpy().view(np.uint16) if bf16 else self.pend.numpy()
+                dst[:, n * g:] = pend.reshape(b * h, p, w)
+            return torch.from_numpy(dst.view(np.int16) if bf16 else dst).view(self.dtype).view(b, h, n * g + p, w)
+        if n and not p and g == 1 and self.packed.raw == self.dtype:  # raw rows in the cache's dtype: one copy
+            return self.packed.store.state().view(self.dtype).view(n, b, h, w).permute(1, 2, 0, 3).contiguous()
+        out = torch.empty(b, h, n * g + p, w, dtype=self.dtype, device=self.pend.device)
+        if n:  # decoded rows go straight into place (one conversion to the cache's dtype on the way)
             r = self.packed.read()  # [N, B*H, G*W]
             if g == 1:
                 out[:, :, :n].copy_(r.view(n, b, h, w).permute(1, 2, 0, 3))
@@ -132,7 +141,8 @@ class Stream:
 
     def update(self, x: torch.Tensor) -> torch.Tensor:
         """Store x [B, H, S, W]; return every held token then the new ones, decoded: [B, H, T', W]."""
-        x = x.to(self.dtype)
+        if x.dtype != self.dtype:
+            x = x.to(self.dtype)
         self.tokens += x.shape[2]
         res = self.stored.residual
         if res is None:  # nothing waits: the new tokens go straight into the packed store

@@ -280,21 +280,25 @@ class Decoder:
 
     def __call__(self, rows: torch.Tensor, tensor_scales, out: torch.Tensor, t0: int = 0) -> None:
         """Decode packed rows uint8 [N, C, entry B] into out [C, T, W] (BF16 or float32) from token t0 on."""
+        dst = out.view(torch.int16).numpy().view(np.uint16) if out.dtype == torch.bfloat16 else out.numpy()
+        self.decode(rows.numpy(), tensor_scales, dst, t0)
+
+    def decode(self, rows: np.ndarray, tensor_scales, dst: np.ndarray, t0: int = 0) -> None:
+        """The same on numpy arrays (a cache's step calls it with views it keeps): rows uint8 [N, C, entry B],
+        dst [C, T, W] uint16 (BF16 bits) or float32."""
         f = self.fmt
         if self.pairs:  # (s, mn) pairs of one 16-bit type after the codes, read by the loop itself
             scale = self.none
-        elif f.scope == "tensor":  # one FP32 scale, kept beside the rows
+        elif f.scope == "tensor":  # one FP32 scale, kept beside the rows (pinned at the first write)
             s = tensor_scales[0].contiguous().view(torch.float32).reshape(1, 1, 1)
             scale = s.expand(rows.shape[0], rows.shape[1], 1).numpy()
-        else:  # per block / per token scale bytes after the codes
-            sc = decode_scale_bytes(rows[..., self.d:], f.scale)  # [N, C, nb]
+        else:  # per block / per token scale bytes after the codes, decoded for this call only
+            sc = decode_scale_bytes(torch.from_numpy(rows)[..., self.d:], f.scale)  # [N, C, nb]
             if f.tensor_scale is not None:  # NVFP4's second level, folded in as dequantize folds it
                 sc = sc * tensor_scales[0].contiguous().view(torch.float32).reshape(())
             scale = sc.numpy()
-        bf16 = out.dtype == torch.bfloat16
-        dst = out.view(torch.int16).numpy().view(np.uint16) if bf16 else out.numpy()
-        _rows(rows.numpy(), self.d, self.table, scale, f.element.bits, self.block, self.group, t0, dst, bf16,
-              self.pairs, f.scope == "tensor")
+        _rows(rows, self.d, self.table, scale, f.element.bits, self.block, self.group, t0, dst,
+              dst.dtype == np.uint16, self.pairs, f.scope == "tensor")
 
 
 def decode_into(rows: torch.Tensor, entry: Entry, tensor_scales, group: int, out: torch.Tensor, t0: int = 0) -> None:
