@@ -19,6 +19,7 @@ import torch
 
 from ..cache.store import KVStore, store_for
 from ..layout import Component
+from ..quant.fp8 import encode_fp8
 
 RAW = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}  # stored as their own bytes
 
@@ -33,6 +34,9 @@ class PackedRows:
         parts = self.entry.parts
         self.raw = RAW.get(parts[0].fmt.name) if len(parts) == 1 and self.entry.align == 1 else None  # raw dtype
         self.entry_bytes = self.entry.nbytes  # bytes of one stored vector
+        f = parts[0].fmt
+        one_scale = len(parts) == 1 and self.entry.align == 1 and f.scope == "tensor" and f.zero_point is None
+        self.fp8 = f.element if one_scale and f.element.name in ("e4m3", "e5m2") else None  # per-tensor FP8
         self._np = None  # a numpy view of the rows held (the same bytes), rebuilt after they change
 
     @property
@@ -50,6 +54,11 @@ class PackedRows:
             return
         if self.raw is not None:  # raw BF16 / FP16 / FP32: the bytes are the values (what codec would store)
             packed = (x if x.dtype == self.raw else x.to(self.raw)).reshape(n, -1).contiguous().view(torch.uint8)
+        elif self.fp8 is not None and self.store.tensor_scales is not None:
+            # per-tensor FP8 once its scale is pinned: kvlab.quant.quantize's own two steps for this scope
+            # (x / s, then encode_fp8's saturating RNE), without its per-call checks and packing of parts
+            s = self.store.tensor_scales[0].contiguous().view(torch.float32).reshape(())
+            packed = encode_fp8(x.float() / s, self.fp8).reshape(n, -1)  # [n, row B]
         else:
             packed = self.store.encode(x)  # [n, row B]
         # exact storage of a growing component holds one page per row: the rows so far and the new ones,
