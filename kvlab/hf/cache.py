@@ -110,8 +110,8 @@ class Stream:
         """[B, H, n, W] -> [n / G, B*H, G*W] (a key group channel-major: each channel's G tokens together)."""
         b, h, n, w = x.shape
         g = self.group
-        if g == 1:
-            return x.permute(2, 0, 1, 3).reshape(n, b * h, w)
+        if g == 1:  # one token (a decode step) is already in row order: one reshape
+            return x.reshape(1, b * h, w) if n == 1 else x.permute(2, 0, 1, 3).reshape(n, b * h, w)
         return x.reshape(b, h, n // g, g, w).permute(2, 0, 1, 4, 3).reshape(n // g, b * h, w * g)
 
     def held(self) -> torch.Tensor:
