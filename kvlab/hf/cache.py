@@ -120,12 +120,11 @@ class Stream:
         n, p = self.packed.rows, self.pend.shape[2]
         if n and self.decoder is not None:  # compiled: each packed byte read once, each value written in place
             bf16 = self.dtype == torch.bfloat16
-            dst = np.empty((b * h, n * g + p, w), np.uint16 if bf16 else np.float32)  # [B*H, T', W]
-            self.decoder.decode(self.packed.numpy(), self.packed.tensor_scales, dst)
+            dst = np.empty((b, h, n * g + p, w), np.uint16 if bf16 else np.float32)  # [B, H, T', W]
+            self.decoder.decode(self.packed.numpy(), self.packed.tensor_scales, dst.reshape(b * h, n * g + p, w))
             if p:  # the residual after them (numpy views of both: no torch op per step for the copy)
-                pend = self.pend.view(torch.int16).numpy().view(np.uint16) if bf16 else self.pend.numpy()
-                dst[:, n * g:] = pend.reshape(b * h, p, w)
-            return torch.from_numpy(dst.view(np.int16) if bf16 else dst).view(self.dtype).view(b, h, n * g + p, w)
+                dst[:, :, n * g:] = self.pend.view(torch.int16).numpy().view(np.uint16) if bf16 else self.pend.numpy()
+            return torch.from_numpy(dst.view(np.int16)).view(self.dtype) if bf16 else torch.from_numpy(dst)
         if n and not p and g == 1 and self.packed.raw == self.dtype:  # raw rows in the cache's dtype: one copy
             return self.packed.store.state().view(self.dtype).view(n, b, h, w).permute(1, 2, 0, 3).contiguous()
         out = torch.empty(b, h, n * g + p, w, dtype=self.dtype, device=self.pend.device)

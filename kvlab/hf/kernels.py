@@ -276,6 +276,8 @@ class Decoder:
         self.table = _table(f.element.name).numpy()
         self.pairs = (1 if f.scale.name == "fp16" else 2) if f.element.kind == "int" else 0
         self.block = f.block if f.scope == "block" else self.n
+        self.uniform = f.scope == "tensor"  # one scale for the whole tensor
+        self.bits = f.element.bits
         self.none = np.empty((0, 0, 0), np.float32)
 
     def __call__(self, rows: torch.Tensor, tensor_scales, out: torch.Tensor, t0: int = 0) -> None:
@@ -286,19 +288,18 @@ class Decoder:
     def decode(self, rows: np.ndarray, tensor_scales, dst: np.ndarray, t0: int = 0) -> None:
         """The same on numpy arrays (a cache's step calls it with views it keeps): rows uint8 [N, C, entry B],
         dst [C, T, W] uint16 (BF16 bits) or float32."""
-        f = self.fmt
         if self.pairs:  # (s, mn) pairs of one 16-bit type after the codes, read by the loop itself
             scale = self.none
-        elif f.scope == "tensor":  # one FP32 scale, kept beside the rows (pinned at the first write)
-            s = tensor_scales[0].contiguous().view(torch.float32).reshape(1, 1, 1)
-            scale = s.expand(rows.shape[0], rows.shape[1], 1).numpy()
+        elif self.uniform:  # one FP32 scale, kept beside the rows (pinned at the first write): [1, 1, 1]
+            scale = tensor_scales[0].contiguous().numpy().view(np.float32).reshape(1, 1, 1)
         else:  # per block / per token scale bytes after the codes, decoded for this call only
+            f = self.fmt
             sc = decode_scale_bytes(torch.from_numpy(rows)[..., self.d:], f.scale)  # [N, C, nb]
             if f.tensor_scale is not None:  # NVFP4's second level, folded in as dequantize folds it
                 sc = sc * tensor_scales[0].contiguous().view(torch.float32).reshape(())
             scale = sc.numpy()
-        _rows(rows, self.d, self.table, scale, f.element.bits, self.block, self.group, t0, dst,
-              dst.dtype == np.uint16, self.pairs, f.scope == "tensor")
+        _rows(rows, self.d, self.table, scale, self.bits, self.block, self.group, t0, dst, dst.dtype == np.uint16,
+              self.pairs, self.uniform)
 
 
 def decode_into(rows: torch.Tensor, entry: Entry, tensor_scales, group: int, out: torch.Tensor, t0: int = 0) -> None:
