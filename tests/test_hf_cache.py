@@ -291,7 +291,8 @@ def test_bad_formats_are_named(models):
 
 
 KERNEL_FORMATS = ["int4", "int2", "int8", "int4_g64", "nvfp4", "nvfp4_2level", "mxfp4", "mxfp8", "fp8_e4m3",
-                  "fp8_e5m2", "fp8_e4m3_token", "fp8_e4m3_b128", "fp8_e4m3_b64_ue8m0"]
+                  "fp8_e5m2", "fp8_e4m3_token", "fp8_e4m3_b128", "fp8_e4m3_b64_ue8m0",
+                  "int4_g64/channel", "int2_g64/channel", "int8/channel"]  # /channel: values in key groups too
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -305,15 +306,43 @@ def test_compiled_decoder_is_bit_exact(fmt, dtype):
     x[:, :, 4] = -0.0
     x[:, :, 5, ::2] = -1e-30  # rounds to -0 in most formats
     x = x.to(dtype)
-    fast, slow = make_cache(cfg, fmt, dtype=dtype), make_cache(cfg, fmt, dtype=dtype)
+    fmt, _, axis = fmt.partition("/")
+    opts = dict(value_axis=axis) if axis else {}
+    fast, slow = make_cache(cfg, fmt, dtype=dtype, **opts), make_cache(cfg, fmt, dtype=dtype, **opts)
     a = fast.update(x, x, 0)
-    assert fast.layers[0].streams["k"].decoder is not None
+    assert all(s.decoder is not None for s in fast.layers[0].streams.values())
+    slow.layers[0].lazy_initialization(x, x)  # the streams exist from the first update on
     for s in slow.layers[0].streams.values():
         s.decoder = None
     b = slow.update(x, x, 0)
     for u, v in zip(a, b):
         assert torch.equal(u.view(torch.int16) if dtype == torch.bfloat16 else u.view(torch.int32),
                            v.view(torch.int16) if dtype == torch.bfloat16 else v.view(torch.int32))
+
+
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])
+def test_fp8_steps_store_what_quantize_stores(fmt):
+    """Token-by-token appends on the pinned per-tensor scale store exactly the bytes of kvlab.quant's path,
+    saturation past the first chunk's range, zeros and signs included."""
+    cfg = AutoConfig.for_model("qwen3", **dict(DENSE, num_hidden_layers=1))
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(1, 2, 24, 32, generator=g)
+    x[:, :, 20:] *= 1e3  # beyond the scale pinned by the first 16 tokens: saturates
+    x[:, :, 18] = -0.0
+    x[:, :, 19, ::3] = -1e-30
+    x = x.bfloat16()
+    fast, slow = make_cache(cfg, fmt), make_cache(cfg, fmt)
+    slow.layers[0].lazy_initialization(x, x)  # the streams exist from the first update on
+    for s in slow.layers[0].streams.values():
+        s.packed.fp8 = None
+    for c in (fast, slow):
+        c.update(x[:, :, :16], x[:, :, :16], 0)
+        for t in range(16, 24):
+            c.update(x[:, :, t:t + 1], x[:, :, t:t + 1], 0)
+    for role in ("k", "v"):
+        a, b = fast.layers[0].streams[role].packed, slow.layers[0].streams[role].packed
+        assert a.fp8 is not None and a.rows == b.rows == 24
+        assert torch.equal(a.packed(), b.packed()) and torch.equal(a.tensor_scales[0], b.tensor_scales[0])
 
 
 def test_cache_dtype_apart_from_the_model():

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin, get_layer_types_and_kwargs
 
@@ -109,18 +110,25 @@ class Stream:
         """[B, H, n, W] -> [n / G, B*H, G*W] (a key group channel-major: each channel's G tokens together)."""
         b, h, n, w = x.shape
         g = self.group
-        if g == 1:
-            return x.permute(2, 0, 1, 3).reshape(n, b * h, w)
+        if g == 1:  # one token (a decode step) is already in row order: one reshape
+            return x.reshape(1, b * h, w) if n == 1 else x.permute(2, 0, 1, 3).reshape(n, b * h, w)
         return x.reshape(b, h, n // g, g, w).permute(2, 0, 1, 4, 3).reshape(n // g, b * h, w * g)
 
     def held(self) -> torch.Tensor:
         """Every held token, packed ones decoded, then the residual: [B, H, T', W] in the cache's dtype."""
         b, h, w, g = self.batch, self.heads, self.width, self.group
         n, p = self.packed.rows, self.pend.shape[2]
-        out = torch.empty(b, h, n * g + p, w, dtype=self.dtype, device=self.pend.device)
         if n and self.decoder is not None:  # compiled: each packed byte read once, each value written in place
-            self.decoder(self.packed.packed(), self.packed.tensor_scales, out.view(b * h, -1, w))
-        elif n:  # decoded rows go straight into place (one conversion to the cache's dtype on the way)
+            bf16 = self.dtype == torch.bfloat16
+            dst = np.empty((b, h, n * g + p, w), np.uint16 if bf16 else np.float32)  # [B, H, T', W]
+            self.decoder.decode(self.packed.numpy(), self.packed.tensor_scales, dst.reshape(b * h, n * g + p, w))
+            if p:  # the residual after them (numpy views of both: no torch op per step for the copy)
+                dst[:, :, n * g:] = self.pend.view(torch.int16).numpy().view(np.uint16) if bf16 else self.pend.numpy()
+            return torch.from_numpy(dst.view(np.int16)).view(self.dtype) if bf16 else torch.from_numpy(dst)
+        if n and not p and g == 1 and self.packed.raw == self.dtype:  # raw rows in the cache's dtype: one copy
+            return self.packed.store.state().view(self.dtype).view(n, b, h, w).permute(1, 2, 0, 3).contiguous()
+        out = torch.empty(b, h, n * g + p, w, dtype=self.dtype, device=self.pend.device)
+        if n:  # decoded rows go straight into place (one conversion to the cache's dtype on the way)
             r = self.packed.read()  # [N, B*H, G*W]
             if g == 1:
                 out[:, :, :n].copy_(r.view(n, b, h, w).permute(1, 2, 0, 3))
@@ -132,7 +140,8 @@ class Stream:
 
     def update(self, x: torch.Tensor) -> torch.Tensor:
         """Store x [B, H, S, W]; return every held token then the new ones, decoded: [B, H, T', W]."""
-        x = x.to(self.dtype)
+        if x.dtype != self.dtype:
+            x = x.to(self.dtype)
         self.tokens += x.shape[2]
         res = self.stored.residual
         if res is None:  # nothing waits: the new tokens go straight into the packed store

@@ -10,6 +10,11 @@ or an E2M1 / FP8 value from its exact table) times its scale (float32; NVFP4's s
 into the block scales first, as dequantize does), plus the zero point for integer groups, then one
 round-to-nearest-even to BF16 (c10's rule: NaN -> 0x7FC0), or float32 as is; tested against it with
 zero tolerance. Entries it does not cover (several parts, other element types) keep the torch path.
+Values are computed a block at a time and rounded to BF16 in branch-free passes over arrays (numba has no
+scalar bit cast; a per-value round trip through memory kept the loop scalar). Where one scale covers many
+more values than there are codes (4-bit and 2-bit KIVI key groups, one scale per tensor) every code's
+output is computed once per scale and the codes are looked up: a key group's tables for all its channels
+first, then its tokens written one after another, each token's channels side by side.
 numba compiles it once per machine (`cache=True`); KVLAB_NUMBA=0, as for kvlab.sim.kernels, turns it off.
 """
 from __future__ import annotations
@@ -34,12 +39,12 @@ except ImportError:  # pragma: no cover
 ELEMENTS = ("int2", "int4", "int8", "e2m1", "e4m3", "e5m2")  # element types the decoder reads
 
 
-def _half(h, bf):
-    """A 16-bit float's bits (uint16) -> float32, exactly: BF16 when bf, else IEEE FP16."""
+def _half(h, bf, one, ubits):
+    """A 16-bit float's bits (uint16) -> float32, exactly: BF16 when bf, else IEEE FP16 (`one` / `ubits`:
+    a float32 scratch and its uint32 view, numba having no scalar bit cast; no allocation per call)."""
     if bf:
-        one = np.empty(1, np.uint32)
-        one[0] = np.uint32(h) << 16
-        return one.view(np.float32)[0]
+        ubits[0] = np.uint32(h) << 16
+        return one[0]
     e, m = (h >> 10) & 0x1F, h & 0x3FF
     if e == 31:
         v = np.float32(np.inf) if m == 0 else np.float32(np.nan)
@@ -50,112 +55,183 @@ def _half(h, bf):
     return -v if h & 0x8000 else v
 
 
-def _bf16(v, one, ubits):
-    """BF16 bits of a float32, rounded to nearest even (c10's rule: NaN -> 0x7FC0)."""
-    one[0] = v
-    u = ubits[0]
-    return 0x7FC0 if (u & 0x7FFFFFFF) > 0x7F800000 else (u + (((u >> 16) & 1) + 0x7FFF)) >> 16
+def _to_bf16(u32, dst, n):
+    """BF16 bits of the float32 values whose bits are u32[:n], rounded to nearest even (c10's rule: NaN ->
+    0x7FC0), into dst[:n]; one branch-free pass over an array, which the compiler vectorizes."""
+    for i in range(n):
+        u = u32[i]
+        dst[i] = 0x7FC0 if (u & 0x7FFFFFFF) > 0x7F800000 else (u + (((u >> 16) & 1) + 0x7FFF)) >> 16
 
 
-def _codes(rows, r, c, lo, hi, bits, buf):
-    """The codes of elements lo .. hi - 1 of row r, copy c into buf[0 .. hi - lo - 1] (lo starts a byte)."""
-    k, byte = 0, (lo * bits) >> 3
+def _codes(src, lo, m, bits, buf):
+    """The codes of elements lo .. lo + m - 1 of one entry's bytes `src` into buf[:m] (lo starts a byte)."""
+    byte = (lo * bits) >> 3
     if bits == 8:
-        for k in range(hi - lo):
-            buf[k] = rows[r, c, byte + k]
+        for k in range(m):
+            buf[k] = src[byte + k]
     elif bits == 4:
-        while k < hi - lo:
-            x = rows[r, c, byte]
-            buf[k] = x & 15
-            buf[k + 1] = x >> 4
-            k += 2
-            byte += 1
+        for j in range((m + 1) >> 1):
+            x = src[byte + j]
+            buf[2 * j] = x & 15
+            buf[2 * j + 1] = x >> 4
     else:  # 2 bits
-        while k < hi - lo:
-            x = rows[r, c, byte]
-            buf[k] = x & 3
-            buf[k + 1] = (x >> 2) & 3
-            buf[k + 2] = (x >> 4) & 3
-            buf[k + 3] = x >> 6
-            k += 4
-            byte += 1
+        for j in range((m + 3) >> 2):
+            x = src[byte + j]
+            buf[4 * j] = x & 3
+            buf[4 * j + 1] = (x >> 2) & 3
+            buf[4 * j + 2] = (x >> 4) & 3
+            buf[4 * j + 3] = x >> 6
 
 
-def _rows(rows, d, table, scale, bits, block, group, t0, out, bf16, pairs):
-    """rows uint8 [N, C, entry B] (codes in the first d bytes); table float32 [2^bits] (code -> value);
-    out [C, T, W] (uint16 BF16 bits when bf16, else float32). Scales: `pairs` 1 / 2 = (s, mn) FP16 / BF16
-    pairs after the codes, one per block (integer groups); 0 = float32 `scale` [N, C, nb] given, no zero point.
-    Group 1: element e of row r goes to token t0 + r, channel e. A key group (channel-major, its blocks are its
-    channels, block == group): element j of block b goes to token t0 + r * group + j, channel b.
-    Each block's codes are unpacked first; when a block has at least as many elements as there are codes
-    (4-bit and 2-bit groups), each code's output (scaled, shifted, rounded) is computed once per block."""
+def _spread(src, tab, bits, step, nb, dst, t):
+    """A key group's codes (channel-major: channel b's tokens in bytes b * step ..) to tokens t, t + 1, ..
+    of dst [T, W] through per-channel tables tab [nb, codes]: token by token, each token's channels side by
+    side (contiguous writes), one 4-bit / 2-bit code position at a time (constant shifts)."""
+    if bits == 4:
+        for j in range(step):
+            for b in range(nb):
+                dst[t + 2 * j, b] = tab[b, src[j + b * step] & 15]
+            for b in range(nb):
+                dst[t + 2 * j + 1, b] = tab[b, src[j + b * step] >> 4]
+    else:  # 2 bits
+        for j in range(step):
+            for b in range(nb):
+                dst[t + 4 * j, b] = tab[b, src[j + b * step] & 3]
+            for b in range(nb):
+                dst[t + 4 * j + 1, b] = tab[b, (src[j + b * step] >> 2) & 3]
+            for b in range(nb):
+                dst[t + 4 * j + 2, b] = tab[b, (src[j + b * step] >> 4) & 3]
+            for b in range(nb):
+                dst[t + 4 * j + 3, b] = tab[b, src[j + b * step] >> 6]
+
+
+def _channels(rows, d, table, bits, group, nb, t0, out, bf16, pairs):
+    """Integer key groups of 4 or 2 bits (a channel-major entry whose blocks are its channels, block ==
+    group): per row, every channel's (s, mn) pair, then its table of every code's output (table * s + mn,
+    rounded to BF16 in one vectorized pass), then the codes spread token-major through the tables."""
     n_rows, copies, _ = rows.shape
-    nb = scale.shape[2] if pairs == 0 else (rows.shape[2] - d) // 4
-    n = nb * block if group > 1 else out.shape[2]
     ncodes = 1 << bits
-    lookup = ncodes <= block
-    buf = np.empty(block + 8, np.uint8)  # one block's codes (+ the tail of its last byte)
-    tab = np.empty(ncodes, np.float32)  # a block's output per code
-    tab16 = np.empty(ncodes, np.uint16)
-    vals = np.empty(block, np.float32)
-    one = np.empty(1, np.float32)  # a float's bits, through memory (numba has no scalar bit cast)
+    step = (group * bits) >> 3  # bytes per channel
+    sm = np.empty(2 * nb, np.float32)  # (s, mn) per channel
+    smu = sm.view(np.uint32)
+    one = np.empty(1, np.float32)
     ubits = one.view(np.uint32)
+    tab = np.empty(nb * ncodes, np.float32)  # [nb * codes] every code's output per channel
+    tabu = tab.view(np.uint32)
+    tab16 = np.empty(nb * ncodes, np.uint16)
+    t2, t16 = tab.reshape(nb, ncodes), tab16.reshape(nb, ncodes)
     for r in range(n_rows):
         for c in range(copies):
-            for b in range(nb):
-                if pairs:
-                    o = d + 4 * b
-                    s = _half(np.uint16(rows[r, c, o]) | (np.uint16(rows[r, c, o + 1]) << 8), pairs == 2)
-                    mn = _half(np.uint16(rows[r, c, o + 2]) | (np.uint16(rows[r, c, o + 3]) << 8), pairs == 2)
+            src = rows[r, c]
+            for i in range(2 * nb):
+                h = np.uint32(src[d + 2 * i]) | (np.uint32(src[d + 2 * i + 1]) << 8)
+                if pairs == 2:
+                    smu[i] = h << 16  # BF16 -> float32: the same bits, shifted
                 else:
-                    s, mn = scale[r, c, b], np.float32(0)
+                    sm[i] = _half(h, False, one, ubits)
+            for b in range(nb):
+                s, mn = sm[2 * b], sm[2 * b + 1]
+                for q in range(ncodes):
+                    tab[b * ncodes + q] = table[q] * s + mn
+            t = t0 + r * group
+            if bf16:
+                _to_bf16(tabu, tab16, nb * ncodes)
+                _spread(src, t16, bits, step, nb, out[c], t)
+            else:
+                _spread(src, t2, bits, step, nb, out[c], t)
+
+
+def _rows(rows, d, table, scale, bits, block, group, t0, out, bf16, pairs, uniform):
+    """rows uint8 [N, C, entry B] (codes in the first d bytes); table float32 [2^bits] (code -> value);
+    out [C, T, W] (uint16 BF16 bits when bf16, else float32). Scales: `pairs` 1 / 2 = (s, mn) FP16 / BF16
+    pairs after the codes, one per block (integer groups); 0 = float32 `scale` [N, C, nb] given, no zero
+    point (`uniform`: one scale for every block, a per-tensor scale).
+    Group 1: element e of row r goes to token t0 + r, channel e. A key group (channel-major, its blocks are its
+    channels, block == group): element j of block b goes to token t0 + r * group + j, channel b.
+    Each value is table[code] * s (+ mn), rounded to BF16 in vectorized passes. Where a scale covers many
+    more values than there are codes (4-bit and 2-bit key groups: _channels; a per-tensor scale), each
+    code's output is computed once per scale and the codes are looked up."""
+    n_rows, copies, _ = rows.shape
+    nb = scale.shape[2] if pairs == 0 else (rows.shape[2] - d) // 4
+    ncodes = 1 << bits
+    if group > 1 and pairs and bits in (2, 4) and ncodes <= block:
+        _channels(rows, d, table, bits, group, nb, t0, out, bf16, pairs)
+        return
+    n = nb * block if group > 1 else out.shape[2]
+    buf = np.empty(block + 8, np.uint8)  # one block's codes (+ the tail of its last byte)
+    vals = np.empty(block, np.float32)  # one block's values
+    valu = vals.view(np.uint32)
+    vals16 = np.empty(block, np.uint16)
+    one = np.empty(1, np.float32)
+    ubits = one.view(np.uint32)
+    tab = np.empty(ncodes, np.float32)  # uniform: every code's output
+    tab16 = np.empty(ncodes, np.uint16)
+    if uniform and n_rows:
+        s = scale[0, 0, 0]
+        for q in range(ncodes):
+            tab[q] = table[q] * s
+        _to_bf16(tab.view(np.uint32), tab16, ncodes)
+        if bits == 8 and group == 1:  # FP8 per tensor: a byte is a code, looked up straight into place
+            for r in range(n_rows):
+                for c in range(copies):
+                    src, dst = rows[r, c], out[c, t0 + r]
+                    if bf16:
+                        for k in range(n):
+                            dst[k] = tab16[src[k]]
+                    else:
+                        for k in range(n):
+                            dst[k] = tab[src[k]]
+            return
+    for r in range(n_rows):
+        for c in range(copies):
+            src = rows[r, c]
+            dst = out[c]
+            for b in range(nb):
                 lo = b * block
                 m = min(lo + block, n) - lo
-                _codes(rows, r, c, lo, lo + m, bits, buf)
-                if lookup:
-                    for q in range(ncodes):
-                        v = table[q] * s
-                        tab[q] = v + mn if pairs else v  # no + 0: it would turn -0.0 into +0.0
-                        if bf16:
-                            tab16[q] = _bf16(tab[q], one, ubits)
+                _codes(src, lo, m, bits, buf)
+                t = t0 + r if group == 1 else t0 + r * group
+                if uniform and bf16:
+                    for k in range(m):
+                        dst[t, lo + k] = tab16[buf[k]]
+                    continue
+                if uniform:
+                    for k in range(m):
+                        dst[t, lo + k] = tab[buf[k]]
+                    continue
+                if pairs:
+                    s = _half(np.uint16(src[d + 4 * b]) | (np.uint16(src[d + 4 * b + 1]) << 8), pairs == 2,
+                              one, ubits)
+                    mn = _half(np.uint16(src[d + 4 * b + 2]) | (np.uint16(src[d + 4 * b + 3]) << 8), pairs == 2,
+                               one, ubits)
+                    for k in range(m):
+                        vals[k] = table[buf[k]] * s + mn
+                else:
+                    s = scale[r, c, b]
+                    for k in range(m):
+                        vals[k] = table[buf[k]] * s  # no + 0: it would turn -0.0 into +0.0
+                if bf16:
+                    _to_bf16(valu, vals16, m)
+                if group == 1 and bf16:
+                    for k in range(m):
+                        dst[t, lo + k] = vals16[k]
+                elif group == 1:
+                    for k in range(m):
+                        dst[t, lo + k] = vals[k]
+                elif bf16:  # block b is channel b of tokens t .. t + m - 1
+                    for k in range(m):
+                        dst[t + k, b] = vals16[k]
                 else:
                     for k in range(m):
-                        v = table[buf[k]] * s
-                        vals[k] = v + mn if pairs else v
-                if group == 1:
-                    t = t0 + r
-                    if lookup and bf16:
-                        for k in range(m):
-                            out[c, t, lo + k] = tab16[buf[k]]
-                    elif lookup:
-                        for k in range(m):
-                            out[c, t, lo + k] = tab[buf[k]]
-                    elif bf16:
-                        for k in range(m):
-                            out[c, t, lo + k] = _bf16(vals[k], one, ubits)
-                    else:
-                        for k in range(m):
-                            out[c, t, lo + k] = vals[k]
-                else:  # block b is channel b of tokens t0 + r * group + k
-                    t = t0 + r * group
-                    if lookup and bf16:
-                        for k in range(m):
-                            out[c, t + k, b] = tab16[buf[k]]
-                    elif lookup:
-                        for k in range(m):
-                            out[c, t + k, b] = tab[buf[k]]
-                    elif bf16:
-                        for k in range(m):
-                            out[c, t + k, b] = _bf16(vals[k], one, ubits)
-                    else:
-                        for k in range(m):
-                            out[c, t + k, b] = vals[k]
+                        dst[t + k, b] = vals[k]
 
 
 if ENABLED:
     _half = njit(cache=True, nogil=True)(_half)
-    _bf16 = njit(cache=True, nogil=True)(_bf16)
+    _to_bf16 = njit(cache=True, nogil=True)(_to_bf16)
     _codes = njit(cache=True, nogil=True)(_codes)
+    _spread = njit(cache=True, nogil=True)(_spread)
+    _channels = njit(cache=True, nogil=True)(_channels)
     _rows = njit(cache=True, nogil=True)(_rows)
 
 _TABLES: dict[str, torch.Tensor] = {}
@@ -200,25 +276,30 @@ class Decoder:
         self.table = _table(f.element.name).numpy()
         self.pairs = (1 if f.scale.name == "fp16" else 2) if f.element.kind == "int" else 0
         self.block = f.block if f.scope == "block" else self.n
+        self.uniform = f.scope == "tensor"  # one scale for the whole tensor
+        self.bits = f.element.bits
         self.none = np.empty((0, 0, 0), np.float32)
 
     def __call__(self, rows: torch.Tensor, tensor_scales, out: torch.Tensor, t0: int = 0) -> None:
         """Decode packed rows uint8 [N, C, entry B] into out [C, T, W] (BF16 or float32) from token t0 on."""
-        f = self.fmt
+        dst = out.view(torch.int16).numpy().view(np.uint16) if out.dtype == torch.bfloat16 else out.numpy()
+        self.decode(rows.numpy(), tensor_scales, dst, t0)
+
+    def decode(self, rows: np.ndarray, tensor_scales, dst: np.ndarray, t0: int = 0) -> None:
+        """The same on numpy arrays (a cache's step calls it with views it keeps): rows uint8 [N, C, entry B],
+        dst [C, T, W] uint16 (BF16 bits) or float32."""
         if self.pairs:  # (s, mn) pairs of one 16-bit type after the codes, read by the loop itself
             scale = self.none
-        elif f.scope == "tensor":  # one FP32 scale, kept beside the rows
-            s = tensor_scales[0].contiguous().view(torch.float32).reshape(1, 1, 1)
-            scale = s.expand(rows.shape[0], rows.shape[1], 1).numpy()
-        else:  # per block / per token scale bytes after the codes
-            sc = decode_scale_bytes(rows[..., self.d:], f.scale)  # [N, C, nb]
+        elif self.uniform:  # one FP32 scale, kept beside the rows (pinned at the first write): [1, 1, 1]
+            scale = tensor_scales[0].contiguous().numpy().view(np.float32).reshape(1, 1, 1)
+        else:  # per block / per token scale bytes after the codes, decoded for this call only
+            f = self.fmt
+            sc = decode_scale_bytes(torch.from_numpy(rows)[..., self.d:], f.scale)  # [N, C, nb]
             if f.tensor_scale is not None:  # NVFP4's second level, folded in as dequantize folds it
                 sc = sc * tensor_scales[0].contiguous().view(torch.float32).reshape(())
             scale = sc.numpy()
-        bf16 = out.dtype == torch.bfloat16
-        dst = out.view(torch.int16).numpy().view(np.uint16) if bf16 else out.numpy()
-        _rows(rows.numpy(), self.d, self.table, scale, f.element.bits, self.block, self.group, t0, dst, bf16,
-              self.pairs)
+        _rows(rows, self.d, self.table, scale, self.bits, self.block, self.group, t0, dst, dst.dtype == np.uint16,
+              self.pairs, self.uniform)
 
 
 def decode_into(rows: torch.Tensor, entry: Entry, tensor_scales, group: int, out: torch.Tensor, t0: int = 0) -> None:

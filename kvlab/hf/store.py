@@ -14,10 +14,12 @@ The bytes held are always `rows x row bytes` plus the per-tensor scales: `Layout
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..cache.store import KVStore, store_for
 from ..layout import Component
+from ..quant.fp8 import encode_fp8
 
 RAW = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}  # stored as their own bytes
 
@@ -30,7 +32,12 @@ class PackedRows:
         self.copies = copies  # vectors per row: batch x KV heads
         self.store: KVStore = store_for(Component(component.role, component.entry, copies), device=device)
         parts = self.entry.parts
-        self._raw = RAW.get(parts[0].fmt.name) if len(parts) == 1 and self.entry.align == 1 else None
+        self.raw = RAW.get(parts[0].fmt.name) if len(parts) == 1 and self.entry.align == 1 else None  # raw dtype
+        self.entry_bytes = self.entry.nbytes  # bytes of one stored vector
+        f = parts[0].fmt
+        one_scale = len(parts) == 1 and self.entry.align == 1 and f.scope == "tensor" and f.zero_point is None
+        self.fp8 = f.element if one_scale and f.element.name in ("e4m3", "e5m2") else None  # per-tensor FP8
+        self._np = None  # a numpy view of the rows held (the same bytes), rebuilt after they change
 
     @property
     def rows(self) -> int:
@@ -45,29 +52,43 @@ class PackedRows:
         n = len(x)
         if not n:
             return
-        if self._raw is not None:  # raw BF16 / FP16 / FP32: the bytes are the values (what codec would store)
-            packed = x.to(self._raw).contiguous().view(torch.uint8).reshape(n, -1)  # [n, row B]
+        if self.raw is not None:  # raw BF16 / FP16 / FP32: the bytes are the values (what codec would store)
+            packed = (x if x.dtype == self.raw else x.to(self.raw)).reshape(n, -1).contiguous().view(torch.uint8)
+        elif self.fp8 is not None and self.store.tensor_scales is not None:
+            # per-tensor FP8 once its scale is pinned: kvlab.quant.quantize's own two steps for this scope
+            # (x / s, then encode_fp8's saturating RNE), without its per-call checks and packing of parts
+            s = self.store.tensor_scales[0].contiguous().view(torch.float32).reshape(())
+            packed = encode_fp8(x.float() / s, self.fp8).reshape(n, -1)  # [n, row B]
         else:
             packed = self.store.encode(x)  # [n, row B]
-        n0 = self.rows
-        self.store.advance(n0 + n)
-        self.store.buf.write_range(n0, packed)
+        # exact storage of a growing component holds one page per row: the rows so far and the new ones,
+        # concatenated into a buffer of exactly their size (what advance + write_range would build, in one op)
+        self.store.buf.data = torch.cat([self.store.buf.data, packed])
+        self.store.tokens += n
+        self._np = None
 
     def drop_front(self, n: int) -> None:
         """Evict the n oldest rows (a sliding window moving on): the rest move into a buffer of their own size."""
         if n > 0:
             self.store.load_state(self.store.state()[n:].clone())  # a copy, so the evicted rows' storage is freed
             self.store.tokens -= n
+            self._np = None
 
     def packed(self) -> torch.Tensor:
         """The rows held, oldest first: uint8 [rows, copies, entry B] (a view of the store's pages)."""
-        return self.store.state().view(self.rows, self.copies, self.entry.nbytes)
+        return self.store.state().view(self.rows, self.copies, self.entry_bytes)
+
+    def numpy(self) -> np.ndarray:
+        """`packed()` as a numpy array over the same bytes (no copy; kept until the rows change)."""
+        if self._np is None:
+            self._np = self.packed().numpy()
+        return self._np
 
     def read(self) -> torch.Tensor:
         """Every row decoded: [rows, copies, elements], float32 (raw formats: a view in their own dtype)."""
         rows = self.packed()
-        if self._raw is not None:
-            return rows.view(self._raw)
+        if self.raw is not None:
+            return rows.view(self.raw)
         return self.store.decode(rows.reshape(self.rows, -1))
 
     def tensors(self) -> list[torch.Tensor]:
@@ -77,3 +98,4 @@ class PackedRows:
         """Reorder the batch (beam search): rows are [N, batch, heads, entry B]."""
         d = self.store.state().view(self.rows, batch, -1)
         self.store.load_state(d.index_select(1, index.to(d.device)).reshape(self.rows, -1).contiguous())
+        self._np = None
