@@ -2,9 +2,10 @@
 
 A random string shown twice (Olsson et al. 2022, "In-context Learning and Induction Heads", arXiv 2209.11895,
 uses repeated random tokens the same way): a model that has learned to look back for the current token and copy what
-followed it predicts the second copy far better than the first, which no model can know. Every retrieval task here
-(MQAR, needle, vartrack) needs that mechanism, so a model whose `gain` is about zero scores chance on them whatever
-its perplexity; a rising gain during training is the first sign that the tasks will follow.
+followed it predicts the second copy far better than the first, which no model can know. That look-back-and-copy
+mechanism is what retrieval (MQAR, needle, vartrack) builds on; a gain of about zero says the model does not copy
+arbitrary text from its context. It is a probe, not a task score: a model may recall MQAR's digits a little before it
+copies random letters.
 """
 from __future__ import annotations
 
