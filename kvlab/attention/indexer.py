@@ -69,10 +69,10 @@ def candidate_pool(scores: torch.Tensor, blocks: int, block_size: int) -> torch.
 
 def gather_positions(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     """x [B, Hkv, N, D], idx [B, S, k] (-1 = none, read as 0) -> [B, Hkv, S, k, D]."""
-    b, h, _, d = x.shape
-    i = idx.clamp_min(0)  # [B, S, k]
-    rows = [x[j].index_select(1, i[j].flatten()) for j in range(b)]  # [Hkv, S * k, D] each
-    return torch.stack(rows).view(b, h, idx.shape[1], idx.shape[2], d)  # [B, Hkv, S, k, D]
+    b, h, n, d = x.shape
+    i = idx.clamp_min(0) + n * torch.arange(b, device=idx.device).view(b, 1, 1)  # [B, S, k] rows of [B * N]
+    flat = x.transpose(0, 1).reshape(h, b * n, d)  # [Hkv, B * N, D] (a view when Hkv = 1)
+    return flat.index_select(1, i.flatten()).view(h, b, idx.shape[1], idx.shape[2], d).transpose(0, 1)  # [B, Hkv, S, k, D]
 
 
 def sparse_attention(q, k, v, idx, scale: float | None = None, sinks: torch.Tensor | None = None,
@@ -86,7 +86,8 @@ def sparse_attention(q, k, v, idx, scale: float | None = None, sinks: torch.Tens
     hkv, k_n = k.shape[1], idx.shape[2]
     scale = scale if scale is not None else 1 / math.sqrt(d)
     qg = q.float().view(b, hkv, heads // hkv, s, d)  # [B, Hkv, G, S, D]: no copies of the shared keys
-    ks, vs = gather_positions(k.float(), idx), gather_positions(v.float(), idx)  # [B, Hkv, S, k, D]
+    ks = gather_positions(k.float(), idx)  # [B, Hkv, S, k, D]
+    vs = ks if v is k else gather_positions(v.float(), idx)  # K=V (V4's shared entries): gathered once
     logits = torch.einsum("bhgsd,bhskd->bhgsk", qg, ks).reshape(b, heads, s, k_n) * scale  # [B, H, S, k]
     logits = logits.masked_fill((idx < 0)[:, None], float("-inf"))  # [B, H, S, k]
     parts = [logits]

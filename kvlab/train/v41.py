@@ -279,14 +279,14 @@ def windowed_sparse_attention(q: torch.Tensor, ent: torch.Tensor, idx: torch.Ten
     and the sliding window of K=V kv [B, S, D], one block of `window` queries at a time so that each block scores
     only the 2 * window - 1 keys its window can reach (not all S): [B, H, S, D]."""
     s = q.shape[2]
+    e1 = ent[:, None]  # [B, 1, N, D]: one object as keys and values, so sparse_attention gathers it once
     out = []
     for a in range(0, s, window):
         e, k0 = min(a + window, s), max(0, a - window + 1)
         kpos, qp = qpos[k0:e], qpos[a:e]
         ok = (kpos[None, :] <= qp[:, None]) & (kpos[None, :] > qp[:, None] - window)  # [S_b, M_b] causal window
         kb = kv[:, None, k0:e]  # [B, 1, M_b, D]
-        out.append(sparse_attention(q[:, :, a:e], ent[:, None], ent[:, None], idx[:, a:e], sinks=sinks,
-                                    extra=(kb, kb, ok)))  # [B, H, S_b, D]
+        out.append(sparse_attention(q[:, :, a:e], e1, e1, idx[:, a:e], sinks=sinks, extra=(kb, kb, ok)))  # [B, H, S_b, D]
     return torch.cat(out, 2)
 
 
@@ -294,8 +294,8 @@ def _indexer_kl(q: torch.Tensor, ent: torch.Tensor, scores: torch.Tensor, comple
     """Mean over queries (with at least one complete entry) of KL(p || softmax(scores)), p the main attention's
     distribution over the complete entries (per-head softmax, averaged over heads; detached)."""
     d = q.shape[-1]
-    logits = torch.einsum("bhsd,bnd->bhsn", q.detach().float(), ent.detach().float()) / d ** 0.5  # [B, H, S, N]
-    target = logits.masked_fill(~complete[:, None], float("-inf")).softmax(-1).nan_to_num(0.0).mean(1)  # [B, S, N]
+    logits = torch.einsum("bhsd,bnd->bhsn", q.detach().float() / d ** 0.5, ent.detach().float())  # [B, H, S, N]
+    target = logits.masked_fill_(~complete[:, None], float("-inf")).softmax(-1).mean(1).nan_to_num_(0.0)  # [B, S, N]
     logq = scores.masked_fill(~complete, float("-inf")).log_softmax(-1)  # [B, S, N]
     terms = torch.where(complete & (target > 0), target * (target.clamp_min(1e-30).log() - logq), 0.0)
     rows = complete.any(-1)  # [B, S] queries with something to select
