@@ -15,8 +15,10 @@ def register(sub) -> None:
     p.add_argument("arch", nargs="*", default=["all"], metavar="ARCH",
                    help="architectures: dense, mla, v41 (kvlab.train.models.ARCHS) or all (default all)")
     p.add_argument("--size", default="tiny", help="size preset: tiny (CPU minutes), small, base (kvlab.train.models.SIZES)")
-    p.add_argument("--steps", type=count("--steps"), default=None, help="optimizer steps (default 400)")
-    p.add_argument("--batch-tokens", type=count("--batch-tokens"), default=None, help="tokens per step (8192)")
+    p.add_argument("--steps", type=count("--steps"), default=None,
+                   help="optimizer steps (default: the recipe's, kvlab.train.TrainConfig.steps)")
+    p.add_argument("--batch-tokens", type=count("--batch-tokens"), default=None,
+                   help="tokens per step (default: the recipe's, TrainConfig.batch_tokens)")
     p.add_argument("--seed", type=count("--seed"), default=0)
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
     p.add_argument("--threads", type=count("--threads"), default=None,
