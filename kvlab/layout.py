@@ -248,27 +248,6 @@ WHOLE = Shard()
 
 
 @dataclass(frozen=True)
-class KVFormats:
-    """The format overrides of one layout: keys and values (an MLA latent counts as keys, its RoPE key as
-    values); None keeps the scheme's own format."""
-
-    k: Format | None = None  # keys / the MLA latent (and indexer keys)
-    v: Format | None = None  # values / the MLA RoPE key
-
-    @property
-    def uniform(self) -> bool:
-        """One format for everything (or none): what a plain `kv_format` describes."""
-        return self.k == self.v
-
-    @property
-    def label(self) -> str | None:
-        """The layout's `kv_format`: the format's name, 'k=A v=B' when they differ, None when unset."""
-        if self.uniform:
-            return self.k.name if self.k else None
-        return f"k={self.k.name if self.k else 'default'} v={self.v.name if self.v else 'default'}"
-
-
-@dataclass(frozen=True)
 class Layout:
     """The per-layer cache of one model under one scheme and format (on one GPU, when sharded)."""
 
@@ -356,12 +335,6 @@ def check_tokens(tokens) -> int:
     return need_int("tokens", tokens, 0)
 
 
-def kv_formats(kv_format=None, k_format=None, v_format=None) -> KVFormats:
-    """The format overrides: `kv_format` for keys and values alike, or `k_format` / `v_format` apart."""
-    p = kv_plan(kv_format, k_format, v_format)
-    return KVFormats(p.k_format, p.v_format)
-
-
 KEY_AXES = ("token", "channel")
 
 
@@ -383,9 +356,14 @@ class KVPlan:
         return self.residual == 0 and self.block == 1 and not self.key_groups and not self.value_groups
 
     @property
+    def same_formats(self) -> bool:
+        """One format (or none) for K and V alike."""
+        return self.k_format == self.v_format
+
+    @property
     def uniform(self) -> bool:
         """One format for K and V, nothing held back: what a plain `kv_format` describes."""
-        return self.formats_only and self.k_format == self.v_format
+        return self.formats_only and self.same_formats
 
     @property
     def key_groups(self) -> bool:
@@ -486,9 +464,8 @@ def build_layout(model: str | ModelSpec, scheme: str = "storage", kv_format: str
     from .families import get_family
     family = get_family(spec.family)
     if plan.formats_only and not per_layer:
-        fmts = KVFormats(plan.k_format, plan.v_format)
-        layers, notes = family.build(spec, scheme, fmts, shard)
-        label = fmts.label
+        layers, notes = family.build(spec, scheme, plan, shard)
+        label = None if plan.k_format is None and plan.v_format is None else plan.label()
     else:
         if not shard.whole:
             raise ParameterError("a residual, key groups and per-layer plans describe one GPU's whole cache; "

@@ -20,7 +20,7 @@ from ..checks import need_int
 from ..engines import Engine, sglang, trtllm
 from ..errors import ConfigError, ParameterError, UnknownFormatError
 from ..formats import Format, dtype_format, get_format
-from ..layout import Entry, KVFormats, Part, Shard
+from ..layout import Entry, KVPlan, Part, Shard
 from ..models import MAX_DIM, ModelSpec
 
 SCHEMES = ("storage", "vllm", "bf16")
@@ -78,8 +78,9 @@ class Family:
         raise NotImplementedError
 
     # --- spec -> layers -------------------------------------------------------------------------------
-    def build(self, spec: ModelSpec, scheme: str, fmts: KVFormats, shard: Shard):
-        """(layers, notes) of this family's layout: one LayerCache per decoder layer."""
+    def build(self, spec: ModelSpec, scheme: str, fmts: KVPlan, shard: Shard):
+        """(layers, notes) of this family's layout: one LayerCache per decoder layer, under a formats-only plan
+        (`KVPlan.formats_only`: K and V formats, nothing held back)."""
         raise NotImplementedError
 
     def build_planned(self, spec: ModelSpec, scheme: str, plans: tuple):
@@ -115,19 +116,19 @@ class Family:
                               dtype_of(spec) if fname is None else get_format(fname)))
         return Entry(tuple(parts), self.align.get(role, 1))
 
-    def kv_entry(self, spec, scheme, role: str, dims: dict[str, int], fmts: KVFormats) -> Entry:
+    def kv_entry(self, spec, scheme, role: str, dims: dict[str, int], fmts: KVPlan) -> Entry:
         """An entry of two parts, the first in the key format and the second in the value format when they
         differ (an MLA latent counts as keys, its RoPE key as values); an unset one keeps the scheme's format."""
-        if fmts.uniform:
-            return self.entry(spec, scheme, role, dims, fmts.k)
+        if fmts.same_formats:
+            return self.entry(spec, scheme, role, dims, fmts.k_format)
         (kname, kdim), (vname, vdim) = dims.items()
         own = self.entry(spec, scheme, role, dims, None)
         by_name = {p.name: p.fmt for p in own.parts}
-        return Entry((Part(kname, kdim, fmts.k or by_name.get(kname, own.parts[0].fmt)),
-                      Part(vname, vdim, fmts.v or by_name.get(vname, own.parts[-1].fmt))))
+        return Entry((Part(kname, kdim, fmts.k_format or by_name.get(kname, own.parts[0].fmt)),
+                      Part(vname, vdim, fmts.v_format or by_name.get(vname, own.parts[-1].fmt))))
 
-    def refuse_split(self, spec: ModelSpec, fmts: KVFormats) -> None:
-        if not fmts.uniform and not self.split_formats:
+    def refuse_split(self, spec: ModelSpec, fmts: KVPlan) -> None:
+        if not fmts.same_formats and not self.split_formats:
             raise ParameterError(f"{spec.name}: separate key and value formats do not apply to a {self.name} model "
                                  f"({self.description}): its entries hold keys and values as one vector; give one "
                                  f"kv_format")

@@ -116,9 +116,9 @@ class DeepSeekV4(Family):
         """(main entry, indexer key, SWA entry); main and SWA entries are NoPE + RoPE."""
         self.refuse_split(spec, fmts)
         dims = {"nope": spec.head_dim - spec.qk_rope_head_dim, "rope": spec.qk_rope_head_dim}
-        return (self.entry(spec, scheme, "main", dims, fmts.k),
-                self.entry(spec, scheme, "index", {"all": spec.index_head_dim}, fmts.k),
-                self.entry(spec, scheme, "swa", dims, fmts.k))
+        return (self.entry(spec, scheme, "main", dims, fmts.k_format),
+                self.entry(spec, scheme, "index", {"all": spec.index_head_dim}, fmts.k_format),
+                self.entry(spec, scheme, "swa", dims, fmts.k_format))
 
     def attention_params(self, spec):
         """DeepSeek V4 attention projections per layer: wq_a (hidden -> q_lora_rank), wq_b (-> heads x head_dim),

@@ -46,8 +46,8 @@ def windows(cfg: dict, n: int, name: str) -> tuple[int | None, ...]:
 def attention_layer(family: Family, spec, scheme, fmts, shard, index: int, window: int | None,
                     kv_heads: int, head_dim: int) -> LayerCache:
     """One GQA layer's K and V on one GPU: its share of the KV heads; growing ones interleaved over DCP ranks."""
-    k = family.entry(spec, scheme, "kv", {"all": head_dim}, fmts.k)
-    v = family.entry(spec, scheme, "kv", {"all": head_dim}, fmts.v)
+    k = family.entry(spec, scheme, "kv", {"all": head_dim}, fmts.k_format)
+    v = family.entry(spec, scheme, "kv", {"all": head_dim}, fmts.v_format)
     heads = shared_heads(kv_heads, shard.tp)
     inter = shard.dcp if window is None else 1
     comps = tuple(Component(r, e, copies=heads, window=window, interleave=inter) for r, e in (("k", k), ("v", v)))
