@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from ..checks import need_choice, need_int, need_number
 from ..errors import ParameterError
 from . import tasks as T
-from .data import VOCAB, load_corpus, save_tokenizer
+from .data import load_corpus, save_tokenizer
 from .models import ARCHS, NAMES, SIZES, build_model, count_parameters
 from .probe import copy_probe
 
