@@ -72,7 +72,8 @@ def gather_positions(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     b, h, n, d = x.shape
     i = idx.clamp_min(0) + n * torch.arange(b, device=idx.device).view(b, 1, 1)  # [B, S, k] rows of [B * N]
     flat = x.transpose(0, 1).reshape(h, b * n, d)  # [Hkv, B * N, D] (a view when Hkv = 1)
-    return flat.index_select(1, i.flatten()).view(h, b, idx.shape[1], idx.shape[2], d).transpose(0, 1)  # [B, Hkv, S, k, D]
+    out = flat.index_select(1, i.flatten()).view(h, b, idx.shape[1], idx.shape[2], d)  # [Hkv, B, S, k, D]
+    return out.transpose(0, 1)  # [B, Hkv, S, k, D]
 
 
 def sparse_attention(q, k, v, idx, scale: float | None = None, sinks: torch.Tensor | None = None,

@@ -295,6 +295,21 @@ class GrowingStore(KVStore):
     def _paged_pages(self, tokens: int) -> int:
         return cdiv(self.component.entries(tokens), self.buf.per_page)
 
+    def append_packed(self, packed: torch.Tensor) -> None:
+        """Packed rows [k, row_bytes] of the next k tokens (one row per token), after the rows held: what a cache
+        does at each step. Exact storage (a page per row) grows by one concatenation into a buffer of exactly the
+        rows held; paged storage sizes its pages first (`advance`), then writes the rows in place."""
+        if self.component.ratio != 1:
+            raise ParameterError(f"{self.component.key}: append_packed adds one row per token; this component keeps "
+                                 f"one entry per {self.component.ratio} tokens")
+        n0, b = self.tokens, self.buf
+        if b.per_page == 1 and b.page_bytes == b.row_bytes:
+            b.data = torch.cat([b.data, packed])  # [n0 + k, row B]
+            self.tokens = n0 + len(packed)
+        else:
+            self.advance(n0 + len(packed))
+            b.write_range(n0, packed)
+
     def _write_tiled(self, rows: torch.Tensor, packed: torch.Tensor, chunk_bytes: int = 1 << 24) -> None:
         """Rows 0 .. k-1 in slot order, a chunk of at most `chunk_bytes` at a time (bounded temporaries)."""
         reps = max(1, min(cdiv(len(rows), len(packed)), chunk_bytes // max(1, packed.numel())))

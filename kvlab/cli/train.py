@@ -14,7 +14,8 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train small dense / MLA / V4.1-like models on stdlib text and long-context tasks")
     p.add_argument("arch", nargs="*", default=["all"], metavar="ARCH",
                    help="architectures: dense, mla, v41 (kvlab.train.models.ARCHS) or all (default all)")
-    p.add_argument("--size", default="tiny", help="size preset: tiny (CPU minutes), small, base (kvlab.train.models.SIZES)")
+    p.add_argument("--size", default="tiny",
+                   help="size preset: tiny (CPU minutes), small, base (kvlab.train.models.SIZES)")
     p.add_argument("--steps", type=count("--steps"), default=None,
                    help="optimizer steps (default: the recipe's, kvlab.train.TrainConfig.steps)")
     p.add_argument("--batch-tokens", type=count("--batch-tokens"), default=None,

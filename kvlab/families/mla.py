@@ -63,7 +63,8 @@ class Mla(Family):
         window = spec.layer_windows[index] if spec.layer_windows else None
         comps = [Component("latent", lat, window=window, interleave=shard.dcp if window is None else 1)]
         if spec.index_head_dim:
-            comps.append(Component("index", self.entry(spec, scheme, "index", {"all": spec.index_head_dim}, fmts.k_format)))
+            comps.append(Component("index", self.entry(spec, scheme, "index", {"all": spec.index_head_dim},
+                                                       fmts.k_format)))
         return LayerCache(index, "mla", tuple(comps))
 
     def build(self, spec, scheme, fmts, shard):

@@ -151,22 +151,6 @@ def text_windows(encode, length: int, n: int, seed: int) -> torch.Tensor:
     return torch.stack(out)
 
 
-@dataclass
-class Row:
-    """One (model, setting, context) measurement."""
-
-    model: str  # model name
-    setting: str  # Setting.label
-    kind: str  # "kvlab" or "peer"
-    context: int  # tokens per window / task sample
-    perplexity: float  # held-out, over every next token of every window
-    accuracy: float | None  # task accuracy (None: no task)
-    held_bytes: int  # measured after one window of `context` tokens (mean over windows)
-    predicted_bytes: int | None  # kvlab's prediction for the same (kvlab settings; None: a peer)
-    matches: bool | None  # held == predicted after every window and task sample (None: a peer)
-    bytes_per_token: Fraction | None  # what each further token adds, from kvlab's layout (exact; None: a peer)
-
-
 def is_v41(model) -> bool:
     """kvlab's V4.1-like model (kvlab.train.v41): its cache is its own Stack's, not a transformers cache."""
     return getattr(model.config, "model_type", None) == "kvlab_v41"
@@ -210,6 +194,16 @@ class Measured:
     predicted_bytes: int | None  # kvlab's prediction after a window (None: a peer)
     matches: bool | None  # held == predicted after every window and sample (None: a peer)
     bytes_per_token: Fraction | None  # the layout's growth per token (None: a peer)
+
+
+@dataclass
+class Row(Measured):
+    """One (model, setting, context) measurement."""
+
+    model: str  # model name
+    setting: str  # Setting.label
+    kind: str  # "kvlab" or "peer"
+    context: int  # tokens per window / task sample
 
 
 def measure(model, setting: Setting, windows: torch.Tensor, samples, encode, chunk: int) -> Measured:
@@ -293,8 +287,7 @@ def sweep(models: dict, settings: list[Setting], contexts: list[int], task: str 
                     bar.update()  # a transformers cache that cannot hold this model: said, not hidden
                     bar.write(f"{name} / {s.label}: not measured ({type(e).__name__}: {str(e).splitlines()[0]})")
                     continue
-                rows.append(Row(name, s.label, s.kind, T, m.perplexity, m.accuracy, m.held_bytes, m.predicted_bytes,
-                                m.matches, m.bytes_per_token))
+                rows.append(Row(**vars(m), model=name, setting=s.label, kind=s.kind, context=T))
                 bar.update()
     bar.close()
     return rows

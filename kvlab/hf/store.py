@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..cache.store import KVStore, store_for
+from ..cache.store import GrowingStore, store_for
 from ..layout import Component
 from ..quant.fp8 import encode_fp8
 
@@ -30,7 +30,7 @@ class PackedRows:
     def __init__(self, component: Component, copies: int, device: torch.device):
         self.entry = component.entry  # what one stored vector is (parts and their formats)
         self.copies = copies  # vectors per row: batch x KV heads
-        self.store: KVStore = store_for(Component(component.role, component.entry, copies), device=device)
+        self.store: GrowingStore = store_for(Component(component.role, component.entry, copies), device=device)
         parts = self.entry.parts
         self.raw = RAW.get(parts[0].fmt.name) if len(parts) == 1 and self.entry.align == 1 else None  # raw dtype
         self.entry_bytes = self.entry.nbytes  # bytes of one stored vector
@@ -61,10 +61,7 @@ class PackedRows:
             packed = encode_fp8(x.float() / s, self.fp8).reshape(n, -1)  # [n, row B]
         else:
             packed = self.store.encode(x)  # [n, row B]
-        # exact storage of a growing component holds one page per row: the rows so far and the new ones,
-        # concatenated into a buffer of exactly their size (what advance + write_range would build, in one op)
-        self.store.buf.data = torch.cat([self.store.buf.data, packed])
-        self.store.tokens += n
+        self.store.append_packed(packed)
         self._np = None
 
     def drop_front(self, n: int) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..checks import need_choice, need_int
 from ..errors import KvlabError
+from .policies import ADMISSIONS
 from .stackdist import next_access
 
 CLASSES = {"lru": "LRU", "fifo": "FIFO", "lfu": "LFU", "sieve": "Sieve", "s3fifo": "S3FIFO", "arc": "ARC",
@@ -51,7 +52,7 @@ def make_cache(policy: str, capacity: int, admission: str = "all", distinct: int
     Its hash table is sized for `distinct` ids (libCacheSim's default, 2**24 buckets, costs ~0.1 s per cache)."""
     lcs = _lcs()
     cls = getattr(lcs, CLASSES[need_choice("policy", policy, CLASSES)])
-    need_choice("admission", admission, ("all", "second"))
+    need_choice("admission", admission, ADMISSIONS)
     adm = lcs.BloomFilterAdmissioner() if admission == "second" else None
     hashpower = min(max(int(distinct).bit_length() + 1, 12), 24)
     return cls(need_int("capacity", capacity, 1), hashpower=hashpower, admissioner=adm)

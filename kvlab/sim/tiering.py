@@ -36,7 +36,7 @@ from ..models import catalog_names
 from ..nb.params import NotebookParams
 from ..serving.hardware import get_gpu, gpu_names
 from .curves import admit_after
-from .policies import get_policy, policy_names
+from .policies import ADMISSIONS, get_policy, policy_names
 from .stackdist import next_access, previous_access, stack_distances
 from .traces import Trace, have_trace
 
@@ -630,7 +630,7 @@ class TieringParams(NotebookParams):
         self.need_numbers("table_gb", 0.0, MAX_GB, lo_open=True)
         self.need_numbers("mooncake_table_gb", 0.0, MAX_GB, lo_open=True)
         self.need_numbers("target_shares", 0.0, 1.0, lo_open=True)
-        for k, choices in (("tier_policy", POLICIES), ("tier_admission", ("all", "second"))):
+        for k, choices in (("tier_policy", POLICIES), ("tier_admission", tuple(ADMISSIONS))):
             if len(self.need_names(k, choices)) != len(TIERS):
                 raise ParameterError(f"parameter {k} needs one entry per tier ({', '.join(TIERS)}), "
                                      f"got {len(getattr(self, k))}")

@@ -286,7 +286,8 @@ def windowed_sparse_attention(q: torch.Tensor, ent: torch.Tensor, idx: torch.Ten
         kpos, qp = qpos[k0:e], qpos[a:e]
         ok = (kpos[None, :] <= qp[:, None]) & (kpos[None, :] > qp[:, None] - window)  # [S_b, M_b] causal window
         kb = kv[:, None, k0:e]  # [B, 1, M_b, D]
-        out.append(sparse_attention(q[:, :, a:e], e1, e1, idx[:, a:e], sinks=sinks, extra=(kb, kb, ok)))  # [B, H, S_b, D]
+        out.append(sparse_attention(q[:, :, a:e], e1, e1, idx[:, a:e], sinks=sinks,
+                                    extra=(kb, kb, ok)))  # [B, H, S_b, D]
     return torch.cat(out, 2)
 
 
