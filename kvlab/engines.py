@@ -32,7 +32,7 @@ from fractions import Fraction
 
 from .checks import cdiv, need_choice, need_int, need_type
 from .errors import ParameterError
-from .layout import Component, Layout, SessionBytes, Shard, build_layout, check_tokens
+from .layout import WINDOW_RULES, Component, Layout, SessionBytes, Shard, build_layout, check_tokens
 
 ENGINES = ("vllm", "sglang", "trtllm")  # engines whose allocation rules kvlab models
 
@@ -46,6 +46,7 @@ class Engine:
     page_align: int = 1  # each page's bytes rounded up to a multiple of this
     source: str = ""  # where the rule comes from
     state_page: int | None = None  # bytes of one fixed-size state page (a hybrid engine pads states to this)
+    window_extra: int = 0  # tokens a sliding window holds beyond the layout's W - 1 (layout.WINDOW_RULES)
 
     def __post_init__(self):
         if self.block_tokens is not None:
@@ -53,6 +54,7 @@ class Engine:
         need_int("page_align", self.page_align, 1)
         if self.state_page is not None:
             need_int("state_page", self.state_page, 1)
+        need_int("window_extra", self.window_extra, 0)
 
     def rows_per_page(self, c: Component) -> int:
         """Entries one page of component c holds: block_tokens / m for growing and windowed components; a
@@ -73,18 +75,27 @@ class Engine:
             return self.state_page
         return cdiv(raw, self.page_align) * self.page_align
 
+    def window_tokens(self, c: Component, tokens: int) -> int:
+        """Tokens a windowed component holds under this engine after `tokens` tokens: the layout's count, plus
+        the tokens this engine keeps beyond it (SGLang and TensorRT-LLM keep W where the layout counts W - 1)."""
+        held = c.held_tokens(tokens)
+        if self.window_extra and c.residual is None:
+            held = min(tokens, c.window + self.window_extra)
+        return held
+
     def pages(self, c: Component, tokens: int) -> int:
         """Pages component c holds after `tokens` tokens."""
         if c.tail_of is not None or c.state:  # one buffer page while anything is pending / from the first token
             return 1 if c.entries(tokens) else 0
         if c.window is not None:  # a window of W tokens touches at most ceil((W-1)/B) + 1 blocks
-            w = c.held_tokens(tokens)
+            w = self.window_tokens(c, tokens)
             return 0 if w == 0 else cdiv(w - 1, self.block_tokens) + 1
         return cdiv(c.held_tokens(tokens), self.block_tokens * c.interleave)  # interleaved: this rank's pages
 
 
 EXACT = Engine("exact", source="the layout's own bytes, nothing rounded")
-VLLM_DENSE = Engine("vllm", 16, 1, "vllm/v1/kv_cache_interface.py AttentionSpec.real_page_size_bytes: 16-token blocks")
+VLLM_DENSE = Engine("vllm", 16, 1, "vllm/v1/kv_cache_interface.py AttentionSpec.real_page_size_bytes: 16-token blocks; "
+                   f"windows: {WINDOW_RULES['vllm'][1]}")
 VLLM_MLA = Engine("vllm", 64, 1, "vLLM FlashMLA backends: 64-token blocks")
 VLLM_V4 = Engine("vllm", 256, 576, "vLLM DeepSeek V4: 256-token logical blocks, pages rounded up to a multiple of 576 B")
 SGLANG_PAGE = 1  # SGLang's default page size: a token-granular pool (server_args.py page_size; --page-size)
@@ -138,14 +149,16 @@ def sglang(page_size: int | None = None) -> Engine:
     """SGLang's token pool: pages of `page_size` tokens (1 by default), nothing padded."""
     p = SGLANG_PAGE if page_size is None else need_int("page_size", page_size, 1)
     return Engine("sglang", p, 1, f"SGLang token-granular KV pool, page_size {p} (server_args.py page_size; "
-                                  "python/sglang/srt/mem_cache/memory_pool.py)")
+                                  f"python/sglang/srt/mem_cache/memory_pool.py); windows: {WINDOW_RULES['sglang'][1]}",
+                  window_extra=WINDOW_RULES["sglang"][0])
 
 
 def trtllm(tokens_per_block: int | None = None) -> Engine:
     """TensorRT-LLM's paged pool: blocks of `tokens_per_block` tokens (32 by default)."""
     b = TRTLLM_TOKENS_PER_BLOCK if tokens_per_block is None else need_int("tokens_per_block", tokens_per_block, 1)
     return Engine("trtllm", b, 1, f"TensorRT-LLM paged KV cache, tokens_per_block {b} (tensorrt_llm/llmapi/"
-                                  "llm_args.py KvCacheConfig)")
+                                  f"llm_args.py KvCacheConfig); windows: {WINDOW_RULES['trtllm'][1]}",
+                  window_extra=WINDOW_RULES["trtllm"][0])
 
 
 @dataclass(frozen=True)

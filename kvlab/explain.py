@@ -94,6 +94,15 @@ def bounded_line(layout, lines: list[str]) -> None:
         lines.append(f"fixed-size state of {len(states)} linear-attention / SSM layers: {c.entry.describe()} per "
                      f"layer{'' if c.copies == 1 else f' x {c.copies}'}; {layout.state_bytes:,} B per session, "
                      f"whatever its length")
+    windows: dict[int, list] = {}
+    for l, c in layout.components(False):
+        if c.window is not None and not c.pending:
+            windows.setdefault(c.window, []).append((l.index, c.entry_bytes))
+    for held, items in windows.items():
+        ids = sorted(dict.fromkeys(i for i, _ in items))
+        per = sum(b for _, b in items)
+        lines.append(f"sliding windows: {layer_list(ids)} ({len(ids)}) keep {held:,} tokens between steps x "
+                     f"{per // len(ids):,} B per token per layer = {held * per:,} B at most")
     if layout.bounded_bytes:
         what = "windows, compressor tails, fixed-size states, per-tensor scales" if states else \
             "windows, compressor tails, per-tensor scales"

@@ -38,6 +38,32 @@ from .models import ModelSpec, load_model
 
 SCHEMES = ("storage", "vllm", "bf16")
 
+# What a sliding-window layer holds between decode steps. Its query at position t sees the W tokens t - W + 1 .. t
+# (itself included), so the W - 1 tokens before it are all that must stay: the next step brings its own K/V.
+# kvlab's layouts count `window_held(W) = W - 1`, the rule of transformers and vLLM; an engine that keeps more
+# says so in kvlab.engines (Engine.window_extra). Each implementation's rule, with its source:
+WINDOW_RULES = {  # implementation -> (tokens held beyond W - 1, source)
+    "transformers": (0, "transformers 5.24 cache_utils.py DynamicSlidingWindowLayer.update keeps "
+                        "full_key_states[:, :, -sliding_window + 1:]"),
+    "vllm": (0, "vllm/v1/core/single_type_kv_cache_manager.py SlidingWindowManager.get_num_skipped_tokens = "
+                "num_computed_tokens - sliding_window + 1: blocks wholly before that token are freed "
+                "(remove_skipped_blocks), so the last W - 1 tokens' blocks stay"),
+    "sglang": (1, "sglang python/sglang/srt/mem_cache/common.py free_swa_out_of_window_slots: SWA slots before "
+                  "pre_len - max(sliding_window_size, page_size) (page-floored) are freed: the last W tokens stay"),
+    "deepseek_v4": (1, "DeepSeek V4 / V4.1 (kvlab.families.deepseek_v4): DeepSeek's reference inference keeps a "
+                       "ring of window_size entries, and so do kvlab's V4-like prototype and its layout; transformers' "
+                       "DeepseekV4HCACache keeps sliding_window - 1 (models/deepseek_v4/modeling_deepseek_v4.py)"),
+    "trtllm": (1, "TensorRT-LLM KvCacheConfig.max_attention_window = sliding_window: a rolling buffer of W tokens "
+                  "per sequence (examples/llama/README.md, Mistral: 'rolling buffer cache')"),
+}
+
+
+def window_held(window: int | None) -> int | None:
+    """Tokens a sliding layer whose query sees `window` tokens keeps between steps (W - 1; None: no window)."""
+    if window is None:
+        return None
+    return need_int("sliding window", window, 1) - 1
+
 
 @dataclass(frozen=True)
 class Part:

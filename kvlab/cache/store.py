@@ -328,8 +328,10 @@ class WindowStore(KVStore):
 
     def ring(self) -> int:
         """Ring size in rows once full (exact: W; paged: the rows of the pages a window straddles)."""
-        w = self.component.window
-        return self.pages_at(w) * self.buf.per_page if self.engine.block_tokens is not None else w
+        if self.engine.block_tokens is None:
+            return self.component.window
+        w = self.component.window + self.engine.window_extra  # the tokens this engine keeps (Engine.window_tokens)
+        return self.pages_at(w) * self.buf.per_page
 
     def slots(self, rows: torch.Tensor) -> torch.Tensor:
         return rows % self.ring()

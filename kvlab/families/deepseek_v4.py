@@ -139,7 +139,7 @@ class DeepSeekV4(Family):
         main, index, swa = self.entries(spec, scheme, fmts)
         layers = []
         for i, m in enumerate(spec.compress_ratios):
-            comps = [Component("swa", swa, window=spec.sliding_window)]
+            comps = [Component("swa", swa, window=spec.sliding_window)]  # a ring of W (WINDOW_RULES["deepseek_v4"])
             if m:
                 csa = m < 128  # CSA layers carry indexer keys; HCA (m = 128) do not
                 owners = [(Component("main", main, ratio=m, interleave=self.interleave("main", shard)),
@@ -181,7 +181,7 @@ class DeepSeekV41(DeepSeekV4):
         sources = sorted(spec.kv_source_layers)
         layers = []
         for i, m in enumerate(spec.compress_ratios):
-            comps = [Component("swa", swa, window=spec.sliding_window)]
+            comps = [Component("swa", swa, window=spec.sliding_window)]  # a ring of W (WINDOW_RULES["deepseek_v4"])
             if not m:
                 layers.append(LayerCache(i, "swa", tuple(comps)))
                 continue

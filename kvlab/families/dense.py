@@ -1,27 +1,42 @@
 """Dense attention (MHA / GQA / MQA), optionally with sliding-window layers: Qwen3, Llama, Gemma, gpt-oss.
 
 Per attention layer and token: K and V, `num_key_value_heads` heads of `head_dim` each, in the checkpoint's
-dtype; a sliding-window layer keeps its last `sliding_window` tokens only (bounded). Windows come from
-`layer_types` (transformers), Gemma's `sliding_window_pattern` or a global `sliding_window`.
+dtype; a sliding-window layer keeps its last `sliding_window - 1` tokens between steps (bounded;
+kvlab.layout.window_held, as transformers and vLLM hold it). Windows come from `layer_types` (transformers),
+the model type's default pattern (Gemma's `sliding_window_pattern`), Qwen's `max_window_layers` or a global
+`sliding_window`, as transformers reads them.
 """
 from __future__ import annotations
 
 from ..errors import ConfigError, ParameterError
 from ..explain import explain_layout, kv_one_liner
-from ..layout import Component, Entry, LayerCache, Part, split_residual
+from ..layout import Component, Entry, LayerCache, Part, split_residual, window_held
 from ..engines import VLLM_DENSE
 from .base import (VLLM_DCP_DOC, VLLM_KV_HEADS, Family, Split, cfg_int, check_heads, dense_engine, dtype_of,
                    head_dim_of, kv_heads_of, shared_heads)
 from . import register
 
+WINDOW_NOTE = ("sliding-window layers keep their last `sliding_window - 1` tokens between steps (the next query "
+               "brings the W-th), as transformers and vLLM hold them: bounded, not per-token")
 LAYER_TYPES = {"full_attention": None, "sliding_attention": "window"}  # transformers' layer_types laid out here
 WINDOW_DCP = ("assumption: a sliding window is bounded state, kept whole on every DCP rank (as DeepSeek V4's windows "
               "are, lightseekorg/tokenspeed PR #1498)")
 
 
+# transformers' layer types for a config that lists none (models/<type>/configuration_<type>.py __post_init__):
+# every pattern-th layer global, the rest sliding (Gemma 2 / 3, Cohere2, gpt-oss); the Qwen types slide only when
+# use_sliding_window is true (default false), by their own rule on max_window_layers (default 28); any other model
+# with a sliding_window slides everywhere (Mistral, Ministral: cache_utils.py get_layer_types_and_kwargs).
+DEFAULT_PATTERNS = {"gemma2": 2, "gemma3": 6, "gemma3_text": 6, "cohere2": 4, "gpt_oss": 2}
+QWEN_SLIDING = {  # model_type -> is layer i sliding, given max_window_layers m
+    "qwen2": lambda i, m: i >= m, "qwen3": lambda i, m: i >= m,
+    "qwen2_moe": lambda i, m: (i + 1) % 2 == 1 and i < m, "qwen3_moe": lambda i, m: True}
+
+
 def windows(cfg: dict, n: int, name: str) -> tuple[int | None, ...]:
-    """Per-layer sliding windows from `layer_types`, Gemma's pattern, or a global `sliding_window`."""
-    w = cfg.get("sliding_window")
+    """Per-layer sliding windows (the tokens a query sees, itself included) as transformers reads them: from
+    `layer_types`, else the model type's default pattern (Gemma's `sliding_window_pattern`), the Qwen types'
+    `use_sliding_window` and `max_window_layers`, or a global `sliding_window`."""
     types = cfg.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or len(types) < n:
@@ -31,14 +46,18 @@ def windows(cfg: dict, n: int, name: str) -> tuple[int | None, ...]:
             raise ConfigError(f"{name}: 'layer_types' gives layer {bad[0][0]} the type {bad[0][1]!r}; kvlab lays out "
                               f"{' and '.join(LAYER_TYPES)} (and the hybrid families' linear_attention, conv, mamba "
                               f"under their model_type)")
-        if any(t == "sliding_attention" for t in types[:n]):
-            w = cfg_int(cfg, "sliding_window", name)
+        w = cfg_int(cfg, "sliding_window", name, minimum=2) if "sliding_attention" in types[:n] else None
         return tuple(w if t == "sliding_attention" else None for t in types[:n])
-    if w is None or cfg.get("use_sliding_window") is False:
+    mt = cfg.get("model_type")
+    gated = mt in QWEN_SLIDING
+    if cfg.get("sliding_window") is None or not cfg.get("use_sliding_window", not gated):
         return (None,) * n
-    w = cfg_int(cfg, "sliding_window", name)
-    pattern = cfg_int(cfg, "sliding_window_pattern", name, required=False)
-    if pattern:  # Gemma 2/3: every pattern-th layer is global
+    w = cfg_int(cfg, "sliding_window", name, minimum=2)
+    if gated:
+        m = cfg_int(cfg, "max_window_layers", name, default=28, minimum=0)
+        return tuple(w if QWEN_SLIDING[mt](i, m) else None for i in range(n))
+    pattern = cfg_int(cfg, "sliding_window_pattern", name, default=DEFAULT_PATTERNS.get(mt), required=False)
+    if pattern:  # every pattern-th layer is global
         return tuple(None if (i + 1) % pattern == 0 else w for i in range(n))
     return (w,) * n
 
@@ -50,7 +69,8 @@ def attention_layer(family: Family, spec, scheme, fmts, shard, index: int, windo
     v = family.entry(spec, scheme, "kv", {"all": head_dim}, fmts.v_format)
     heads = shared_heads(kv_heads, shard.tp)
     inter = shard.dcp if window is None else 1
-    comps = tuple(Component(r, e, copies=heads, window=window, interleave=inter) for r, e in (("k", k), ("v", v)))
+    held = window_held(window)
+    comps = tuple(Component(r, e, copies=heads, window=held, interleave=inter) for r, e in (("k", k), ("v", v)))
     return LayerCache(index, "sliding" if window else "full", comps)
 
 
@@ -98,7 +118,7 @@ class Dense(Family):
                   for i, w in enumerate(spec.layer_windows or (None,) * spec.num_layers)]
         notes = []
         if any(spec.layer_windows):
-            notes.append("sliding-window layers keep only their last `sliding_window` tokens: bounded, not per-token")
+            notes.append(WINDOW_NOTE)
         return layers, notes
 
     def build_planned(self, spec, scheme, plans):
@@ -119,11 +139,11 @@ class Dense(Family):
                             f"{'key' if role == 'k' else 'value'}_axis='token' for it)")
                     group = fmt.block
                     e = Entry((Part(role, group * d, fmt),))  # G tokens x D channels, channel-major
-                comps += split_residual(spec, role, e, d, spec.num_kv_heads, w, p, dtype_of(spec), group)
+                comps += split_residual(spec, role, e, d, spec.num_kv_heads, window_held(w), p, dtype_of(spec), group)
             layers.append(LayerCache(i, "sliding" if w else "full", tuple(comps)))
         notes = []
         if any(spec.layer_windows):
-            notes.append("sliding-window layers keep only their last `sliding_window` tokens: bounded, not per-token")
+            notes.append(WINDOW_NOTE)
         if any(p.key_groups or p.value_groups for p in plans):
             notes.append("integer keys (values) grouped per channel (KIVI): one entry holds G tokens x head_dim, the "
                          "G tokens of a channel sharing one scale and zero point; an incomplete group waits "

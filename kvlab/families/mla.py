@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..engines import VLLM_MLA
 from ..errors import ParameterError
 from ..formats import get_format
-from ..layout import Component, Entry, LayerCache, Part, split_residual
+from ..layout import Component, Entry, LayerCache, Part, split_residual, window_held
 from .base import VLLM_DCP_DOC, VLLM_MLA_TP, Family, Split, cfg_int, dense_engine, dtype_of
 from . import register
 
@@ -60,7 +60,7 @@ class Mla(Family):
         window (a cache that keeps only the last tokens of an MLA model) bounds it, not interleaved."""
         lat = self.kv_entry(spec, scheme, "latent", {"latent": spec.kv_lora_rank, "rope": spec.qk_rope_head_dim},
                             fmts)
-        window = spec.layer_windows[index] if spec.layer_windows else None
+        window = window_held(spec.layer_windows[index] if spec.layer_windows else None)
         comps = [Component("latent", lat, window=window, interleave=shard.dcp if window is None else 1)]
         if spec.index_head_dim:
             comps.append(Component("index", self.entry(spec, scheme, "index", {"all": spec.index_head_dim},
@@ -91,7 +91,8 @@ class Mla(Family):
                 fmts = {"latent": p.k_format, "rope": p.v_format}
                 lat = Entry(tuple(Part(q.name, q.elements, fmts.get(q.name) or q.fmt) for q in base.parts),
                             base.align)
-            comps = list(split_residual(spec, "latent", lat, sum(dims.values()), 1, windows[i], p, dtype_of(spec)))
+            comps = list(split_residual(spec, "latent", lat, sum(dims.values()), 1, window_held(windows[i]), p,
+                                        dtype_of(spec)))
             if spec.index_head_dim:
                 comps.append(Component("index", self.entry(spec, scheme, "index", {"all": spec.index_head_dim}, None)))
             layers.append(LayerCache(i, "mla", tuple(comps)))

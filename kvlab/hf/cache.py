@@ -16,7 +16,7 @@ hold is a `kvlab.layout.Layout` of the same config: `nbytes` (measured from the 
 `predicted_bytes()` (`Layout.session`) exactly.
 
 Sliding layers keep `sliding_window - 1` tokens between steps, as transformers' `DynamicSlidingWindowLayer`
-does (the next query brings the window to `sliding_window`); the layout is built with that window.
+does (the next query brings the window to `sliding_window`): the layout's one rule, kvlab.layout.window_held.
 Attention reads what the cache holds: new tokens are stored first, then every held token is returned
 decoded (an engine's kernel reads its quantized cache the same way), so even a prefill sees quantized K/V.
 """
@@ -40,7 +40,8 @@ from . import kernels
 from .store import PackedRows
 
 # transformers model types whose attention hands the cache plain K/V (dense) or the MLA latent + RoPE key.
-DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text", "gemma3")
+DENSE_TYPES = ("llama", "mistral", "ministral", "qwen2", "qwen3", "gemma2", "gemma3_text", "gemma3", "gpt_oss",
+               "cohere2")
 MLA_TYPES = ("deepseek_v2", "deepseek_v3")
 SUPPORTED = DENSE_TYPES + MLA_TYPES
 LAYER_TYPES = ("full_attention", "sliding_attention")  # transformers layer types a KvlabLayer can stand for
@@ -61,9 +62,10 @@ def check_family(config) -> str:
 
 
 def hf_spec(config, dtype: torch.dtype, window: int | None = None) -> ModelSpec:
-    """kvlab's spec of a transformers config as its cache holds it: windows of sliding layers are
-    `sliding_window - 1` tokens (DynamicSlidingWindowLayer), the cache dtype is the states' dtype;
-    `window` (a mechanism's) makes every full-attention layer keep `window - 1` tokens too."""
+    """kvlab's spec of a transformers config as its cache holds it: each layer's window as transformers reads
+    it (the layout keeps `window - 1` tokens of it between steps, kvlab.layout.window_held, as
+    DynamicSlidingWindowLayer does), the cache dtype is the states' dtype; `window` (a mechanism's) gives
+    every full-attention layer that window too."""
     text = _text_config(config)
     types, kwargs = get_layer_types_and_kwargs(text)
     bad = sorted(set(types) - set(LAYER_TYPES))
@@ -72,8 +74,7 @@ def hf_spec(config, dtype: torch.dtype, window: int | None = None) -> ModelSpec:
                           f"{text.model_type} config has layer types {', '.join(bad)}")
     cfg = json.loads(text.to_json_string())
     spec = spec_from_config(cfg, cfg.get("_name_or_path") or text.model_type, source="transformers config")
-    windows = tuple(kw["sliding_window"] - 1 if t == "sliding_attention" else (window - 1 if window else None)
-                    for t, kw in zip(types, kwargs))
+    windows = tuple(kw["sliding_window"] if t == "sliding_attention" else window for t, kw in zip(types, kwargs))
     return replace(spec, layer_windows=windows if any(w is not None for w in windows) else (),
                    torch_dtype=str(dtype).replace("torch.", ""))
 

@@ -30,6 +30,7 @@ import torch
 from ..cache.memory import storage_bytes
 from ..checks import need_int
 from ..errors import KvlabError, ParameterError
+from .kernelset import math_attention_if_forced
 
 
 class ModelLoadError(KvlabError):
@@ -165,7 +166,7 @@ def run_pass(model, ids: torch.Tensor, cache, chunk: int) -> Pass:
     ids = ids.to(model.device)
     t = ids.shape[1]
     nll, preds = 0.0, []
-    with torch.no_grad():
+    with torch.no_grad(), math_attention_if_forced():
         for a in range(0, t, chunk):
             logits = model(ids[:, a:a + chunk], cache=cache, use_cache=True).logits.float()  # [B, c, V]
             preds.append(logits.argmax(-1))
@@ -204,7 +205,7 @@ def decode_rate(model, make: Callable[[], object], ids: torch.Tensor, prompt: in
     rates = []
     ids = ids.to(model.device)
     sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
-    with torch.no_grad():
+    with torch.no_grad(), math_attention_if_forced():
         for _ in range(repeats):
             cache = make()
             model(ids[:, :prompt], cache=cache, use_cache=True)
