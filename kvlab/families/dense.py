@@ -10,9 +10,10 @@ from ..errors import ConfigError, ParameterError
 from ..explain import explain_layout, kv_one_liner
 from ..layout import Component, Entry, LayerCache, Part, split_residual
 from ..engines import VLLM_DENSE
-from .base import (VLLM_DCP_DOC, VLLM_KV_HEADS, Family, Split, cfg_int, check_heads, dense_engine, dtype_of,
-                   head_dim_of, kv_heads_of, shared_heads)
-from . import register
+from ..models import ModelSpec, cfg_int
+from ..registry import register
+from .base import (VLLM_DCP_DOC, VLLM_KV_HEADS, Family, Split, check_heads, dense_engine, dtype_of, head_dim_of,
+                   kv_heads_of, shared_heads)
 
 LAYER_TYPES = {"full_attention": None, "sliding_attention": "window"}  # transformers' layer_types laid out here
 WINDOW_DCP = ("assumption: a sliding window is bounded state, kept whole on every DCP rank (as DeepSeek V4's windows "
@@ -80,7 +81,6 @@ class Dense(Family):
         return cfg.get("num_attention_heads") is not None
 
     def parse(self, c: dict, name: str, common: dict):
-        from ..models import ModelSpec
         heads = cfg_int(c, "num_attention_heads", name)
         head_dim = head_dim_of(c, name, heads, common["hidden_size"])
         kv_heads = kv_heads_of(c, name, heads)
