@@ -92,7 +92,7 @@ def cmd_bytes(args):
 
 def cmd_claims(args):
     from dataclasses import asdict
-    from ..claims import audit
+    from ..report.claims import audit
     checks = audit()
     if args.json:
         print(json.dumps([asdict(c) for c in checks], indent=2))
