@@ -4,6 +4,7 @@ from .formats import Format, get_format, list_formats
 from .models import ModelSpec, catalog_names, load_model
 from .layout import Layout, build_layout, bytes_per_token
 from .engines import Allocation, allocate
+from . import families  # noqa: F401  (registers every model family in kvlab.registry before any lookup)
 from .nb.record import record
 
 __version__ = "0.1.0"

@@ -35,6 +35,7 @@ from .checks import cdiv, need_choice, need_int
 from .errors import ParameterError
 from .formats import Format, get_format
 from .models import ModelSpec, load_model
+from .registry import get_family
 
 SCHEMES = ("storage", "vllm", "bf16")
 
@@ -272,6 +273,28 @@ class Shard:
 
 WHOLE = Shard()
 
+PP_SOURCE = ("vllm/distributed/utils.py get_pp_indices: num_layers // pp per stage, the remainder one each to the "
+             "stages before the last, from the second-to-last backwards")
+
+
+def stage_sizes(num_layers: int, pp: int) -> list[int]:
+    """Layers per pipeline stage, as vLLM's get_pp_indices assigns them."""
+    num_layers, pp = need_int("num_layers", num_layers, 1), need_int("pp", pp, 1)
+    if pp > num_layers:
+        raise ParameterError(f"PP {pp} exceeds the model's {num_layers} layers: every stage needs a layer")
+    sizes = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):  # the remainder goes to the stages before the last, backwards
+        sizes[-i] += 1
+    return sizes
+
+
+def stage_layers(num_layers: int, pp: int, stage: int) -> range:
+    """The layer indices pipeline stage `stage` holds."""
+    sizes = stage_sizes(num_layers, pp)
+    need_int("stage", stage, 0, pp - 1)
+    start = sum(sizes[:stage])
+    return range(start, start + sizes[stage])
+
 
 @dataclass(frozen=True)
 class Layout:
@@ -294,7 +317,6 @@ class Layout:
     @property
     def family(self):
         """The model family (kvlab.families) that built this layout."""
-        from .families import get_family
         return get_family(self.model.family)
 
     @property
@@ -487,7 +509,6 @@ def build_layout(model: str | ModelSpec, scheme: str = "storage", kv_format: str
     shard = WHOLE if shard is None else shard
     if not isinstance(shard, Shard):
         raise ParameterError(f"shard must be a kvlab.layout.Shard, got {type(shard).__name__}")
-    from .families import get_family
     family = get_family(spec.family)
     if plan.formats_only and not per_layer:
         layers, notes = family.build(spec, scheme, plan, shard)
@@ -501,7 +522,6 @@ def build_layout(model: str | ModelSpec, scheme: str = "storage", kv_format: str
         labels = dict.fromkeys(p.label() for p in plans)
         label = next(iter(labels)) if len(labels) == 1 else "per-layer"
     if shard.pp > 1:
-        from .serving.parallel import stage_layers
         keep = set(stage_layers(spec.num_layers, shard.pp, shard.stage))
         layers = [l for l in layers if l.index in keep]
     return Layout(spec, scheme, label, tuple(layers), tuple(notes), shard)

@@ -6,7 +6,8 @@ key naming where they come from. Any other config.json given by path (transforme
 the model's config.json from the Hugging Face Hub through its local cache (kvlab.hub).
 
 Which family a config belongs to, and how its fields are checked, is the family's own knowledge
-(kvlab.families: detection, then parsing); this module holds what every family shares.
+(kvlab.families: detection, then parsing, looked up through kvlab.registry); this module holds what every
+family shares: the spec, reading a config, and the field readers.
 """
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .checks import need_type
+from .checks import need_int, need_type
 from .errors import ConfigError, UnknownModelError
+from .registry import detect, get_family
 from .resources import package_dir
 
 DATA_DIR = package_dir("data")  # data/ at the repository top, package data in a wheel
@@ -32,7 +34,7 @@ class ModelSpec:
     """The fields of a config that decide what its KV cache holds."""
 
     name: str  # catalog name, the config file's stem, or the Hub id
-    family: str  # a registered family (kvlab.families.FAMILIES)
+    family: str  # a registered family (kvlab.registry; kvlab.families.FAMILIES)
     num_layers: int  # decoder layers (MTP / draft layers excluded)
     num_heads: int | None  # query heads
     num_kv_heads: int  # KV heads (1 = MQA; V4's shared K=V head)
@@ -58,7 +60,6 @@ class ModelSpec:
 
     @property
     def description(self) -> str:
-        from .families import get_family
         return get_family(self.family).description
 
 
@@ -119,14 +120,12 @@ def is_hub_id(key: str) -> bool:
 
 def spec_from_config(cfg: dict, name: str, source: str = "") -> ModelSpec:
     """Validate a config dict and derive its ModelSpec: the family that claims it parses it."""
-    from .families import detect
     if not isinstance(cfg, dict):
         raise ConfigError(f"{name}: a config must be a JSON object (a dict), got {type(cfg).__name__}")
     text = cfg.get("text_config")
     if text is not None and not isinstance(text, dict):
         raise ConfigError(f"{name}: 'text_config' must be a JSON object, got {type(text).__name__}")
     c = {**{k: v for k, v in cfg.items() if not k.startswith("_")}, **(text or {})}
-    from .families.base import cfg_int
     n = cfg_int(c, "num_hidden_layers", name, maximum=MAX_LAYERS, required=not _layer_list_given(c))
     if n is None:  # Nemotron-H: the layer count is the pattern's length
         n = len(c.get("hybrid_override_pattern") or c.get("layers_block_type") or c.get("layer_types"))
@@ -142,6 +141,37 @@ def _layer_list_given(c: dict) -> bool:
     """A config whose layer count is its pattern's length (Nemotron-H's hybrid_override_pattern)."""
     v = c.get("hybrid_override_pattern") or c.get("layers_block_type")
     return isinstance(v, (str, list)) and len(v) > 0
+
+
+# --- config field readers, for spec_from_config and every family's parser (each failure names the field) -----------
+def cfg_int(cfg: dict, key: str, name: str, default=None, required=True, minimum=1, maximum=MAX_DIM):
+    """An integer field in [minimum, maximum] (None when absent and not required)."""
+    v = cfg.get(key, default)
+    if v is None:
+        if required:
+            raise ConfigError(f"{name}: config is missing {key!r}")
+        return None
+    if isinstance(v, float):  # JSON integers parse as int; 1e30 or 128.0 is not a config integer
+        raise ConfigError(f"{name}: {key!r} must be a JSON integer >= {minimum}, got the float {v!r}")
+    return need_int(f"{name}: {key!r}", v, minimum, maximum, error=ConfigError)
+
+
+def cfg_int_list(cfg: dict, key: str, name: str) -> tuple[int, ...]:
+    """A list of integers in [0, MAX_DIM] (empty when absent)."""
+    v = cfg.get(key) or []
+    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_DIM
+                                          for x in v):
+        raise ConfigError(f"{name}: {key!r} must be a list of integers in [0, {MAX_DIM:,}], got {str(v)[:80]}")
+    return tuple(v)
+
+
+def cfg_layer_ids(cfg: dict, key: str, name: str, n: int) -> tuple[int, ...]:
+    """A list of layer indices, each < n."""
+    ids = cfg_int_list(cfg, key, name)
+    bad = [i for i in ids if i >= n]
+    if bad:
+        raise ConfigError(f"{name}: {key!r} names layer {bad[0]}, but the model has {n} layers (0-{n - 1})")
+    return ids
 
 
 def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:

@@ -3,7 +3,7 @@ import pytest
 
 from kvlab.attention.flops import CAPS, decode_flops, growth, weight_flops
 from kvlab.attention.checks import SelectionError
-from kvlab.claims import audit
+from kvlab.report.claims import audit
 from kvlab.models import load_model
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from kvlab import compare
+from kvlab.report import compare
 from kvlab.cli import main
 from kvlab.engines import Engine, allocate, paged
 from kvlab.errors import (ConfigError, KvlabError, ParameterError, RangeWarning, UnknownFormatError,

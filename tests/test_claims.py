@@ -1,4 +1,4 @@
-from kvlab.claims import audit, load_claims
+from kvlab.report.claims import audit, load_claims
 
 STATUSES = {"reproduced", "holds under assumption", "does not hold", "not yet checkable"}
 ARTICLES = {"890 bytes per token: how DeepSeek shrinks the KV cache",

@@ -8,7 +8,7 @@ import pytest
 from kvlab.errors import ParameterError
 from kvlab.nb.params import NotebookParams
 from kvlab.sim.tiering import TieringParams
-from kvlab.compare import BytesPerTokenParams
+from kvlab.report.compare import BytesPerTokenParams
 from kvlab.nb.runner import NOTEBOOK_DIR as NOTEBOOKS, declared_parameters
 from kvlab.serving.capacity import SessionsParams
 from kvlab.hf.quality import QualityParams

@@ -7,10 +7,10 @@ import pytest
 
 from kvlab.cli import main
 from kvlab.errors import ParameterError
-from kvlab.layout import Shard, build_layout
+from kvlab.layout import Shard, build_layout, stage_layers, stage_sizes
 from kvlab.models import spec_from_config
 from kvlab.serving.capacity import plan
-from kvlab.serving.parallel import Parallelism, per_gpu, stage_layers, stage_sizes
+from kvlab.serving.parallel import Parallelism, per_gpu
 
 # Worked by hand: 2 (K,V) x layers x KV heads per rank x head_dim x 2 B (BF16); MLA: layers x 576 x 2 B.
 WORKED = [

@@ -211,7 +211,7 @@ def test_cli_simulate_json(capsys):
 
 
 def test_v41_ttl_claim_is_checked():
-    from kvlab.claims import audit
+    from kvlab.report.claims import audit
     c = {c.id: c for c in audit()}["v41_ttl_minutes"]
     assert c.status == "holds under assumption" and c.computed > 0  # a 1-minute TTL adds recompute
 

@@ -65,7 +65,7 @@ def cmd_bytes(args):
                    per_gpu_layers=[len(x.layout.layers) for x in share.stages],
                    components=list(share.components))
         if par.pp > 1:
-            from ..serving.parallel import PP_SOURCE
+            from ..layout import PP_SOURCE
             out["pp_rule"] = PP_SOURCE
     if args.explain:
         out["explanation"] = a.explain()
@@ -92,7 +92,7 @@ def cmd_bytes(args):
 
 def cmd_claims(args):
     from dataclasses import asdict
-    from ..claims import audit
+    from ..report.claims import audit
     checks = audit()
     if args.json:
         print(json.dumps([asdict(c) for c in checks], indent=2))

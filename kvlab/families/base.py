@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..checks import need_int
 from ..engines import Engine, sglang, trtllm
 from ..errors import ConfigError, ParameterError, UnknownFormatError
 from ..formats import Format, dtype_format, get_format
 from ..layout import Entry, KVPlan, Part, Shard
-from ..models import MAX_DIM, ModelSpec
+from ..models import ModelSpec, cfg_int
 
 SCHEMES = ("storage", "vllm", "bf16")
 
@@ -186,35 +185,7 @@ def dense_engine(family: Family, layout, name: str, page_size: int | None) -> En
     return Family.engine(family, layout, name, page_size)
 
 
-# --- config field readers (every failure names the field) ---------------------------------------------------
-def cfg_int(cfg: dict, key: str, name: str, default=None, required=True, minimum=1, maximum=MAX_DIM):
-    v = cfg.get(key, default)
-    if v is None:
-        if required:
-            raise ConfigError(f"{name}: config is missing {key!r}")
-        return None
-    if isinstance(v, float):  # JSON integers parse as int; 1e30 or 128.0 is not a config integer
-        raise ConfigError(f"{name}: {key!r} must be a JSON integer >= {minimum}, got the float {v!r}")
-    return need_int(f"{name}: {key!r}", v, minimum, maximum, error=ConfigError)
-
-
-def cfg_int_list(cfg: dict, key: str, name: str) -> tuple[int, ...]:
-    v = cfg.get(key) or []
-    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_DIM
-                                          for x in v):
-        raise ConfigError(f"{name}: {key!r} must be a list of integers in [0, {MAX_DIM:,}], got {str(v)[:80]}")
-    return tuple(v)
-
-
-def cfg_layer_ids(cfg: dict, key: str, name: str, n: int) -> tuple[int, ...]:
-    """A list of layer indices, each < n."""
-    ids = cfg_int_list(cfg, key, name)
-    bad = [i for i in ids if i >= n]
-    if bad:
-        raise ConfigError(f"{name}: {key!r} names layer {bad[0]}, but the model has {n} layers (0-{n - 1})")
-    return ids
-
-
+# --- attention config readers (kvlab.models holds the generic cfg_int ones; every failure names the field) ---------
 def head_dim_of(c: dict, name: str, heads: int, hidden: int | None) -> int:
     """head_dim, or hidden_size / num_attention_heads when the config has no head_dim."""
     if c.get("head_dim") is not None:
@@ -236,4 +207,4 @@ def kv_heads_of(c: dict, name: str, heads: int) -> int:
 
 
 __all__ = ["Family", "Split", "SCHEMES", "shared_heads", "check_heads", "dtype_of", "named_dtype",
-           "dense_engine", "cfg_int", "cfg_int_list", "cfg_layer_ids", "head_dim_of", "kv_heads_of"]
+           "dense_engine", "head_dim_of", "kv_heads_of"]

@@ -24,8 +24,9 @@ from ..errors import ConfigError
 from ..explain import explain_layout, fmt_bytes
 from ..formats import get_format
 from ..layout import Component, Entry, LayerCache, Part
-from .base import VLLM_MLA_TP, Family, Split, cfg_int, cfg_int_list, cfg_layer_ids
-from . import register
+from ..models import ModelSpec, cfg_int, cfg_int_list, cfg_layer_ids
+from ..registry import register
+from .base import VLLM_MLA_TP, Family, Split
 
 V4_ENTRY = (("nope", "fp8_e4m3_b64_ue8m0"), ("rope", "bf16"))  # 448 + 7 + 128 = 583 -> 584 B (align 8)
 TOKENSPEED_V4_DCP = ("lightseekorg/tokenspeed PR #1498 (DeepSeek V4 DCP): the compressed KV cache is sharded, the SWA "
@@ -79,7 +80,6 @@ class DeepSeekV4(Family):
         return bool(cfg.get("compress_ratios")) and not cfg.get("kv_source_layer_ids")
 
     def parse(self, c: dict, name: str, common: dict):
-        from ..models import ModelSpec
         n = common["num_layers"]
         ratios = cfg_int_list(c, "compress_ratios", name)
         if len(ratios) < n:

@@ -12,9 +12,10 @@ from ..errors import ConfigError, ParameterError
 from ..explain import explain_layout, kv_one_liner
 from ..layout import Component, Entry, LayerCache, Part, split_residual, window_held
 from ..engines import VLLM_DENSE
-from .base import (VLLM_DCP_DOC, VLLM_KV_HEADS, Family, Split, cfg_int, check_heads, dense_engine, dtype_of,
-                   head_dim_of, kv_heads_of, shared_heads)
-from . import register
+from ..models import ModelSpec, cfg_int
+from ..registry import register
+from .base import (VLLM_DCP_DOC, VLLM_KV_HEADS, Family, Split, check_heads, dense_engine, dtype_of, head_dim_of,
+                   kv_heads_of, shared_heads)
 
 WINDOW_NOTE = ("sliding-window layers keep their last `sliding_window - 1` tokens between steps (the next query "
                "brings the W-th), as transformers and vLLM hold them: bounded, not per-token")
@@ -100,7 +101,6 @@ class Dense(Family):
         return cfg.get("num_attention_heads") is not None
 
     def parse(self, c: dict, name: str, common: dict):
-        from ..models import ModelSpec
         heads = cfg_int(c, "num_attention_heads", name)
         head_dim = head_dim_of(c, name, heads, common["hidden_size"])
         kv_heads = kv_heads_of(c, name, heads)

@@ -28,8 +28,8 @@ from ..engines import Engine
 from ..errors import ConfigError, ParameterError
 from ..formats import Format, get_format
 from ..layout import Component, Entry, LayerCache, Part
-from .base import (VLLM_DCP_DOC, VLLM_KV_HEADS, Family, Split, cfg_int, check_heads, head_dim_of, kv_heads_of,
-                   named_dtype)
+from ..models import ModelSpec, cfg_int
+from .base import VLLM_DCP_DOC, VLLM_KV_HEADS, Family, Split, check_heads, head_dim_of, kv_heads_of, named_dtype
 from .dense import attention_layer, check_dcp
 
 KIND_NAMES = {  # layer-type names across transformers' layer_types, legacy names and family patterns -> kind
@@ -110,7 +110,6 @@ class HybridFamily(Family):
 
     # --- shared ---------------------------------------------------------------------------------------
     def parse(self, c: dict, name: str, common: dict):
-        from ..models import ModelSpec
         kinds = self.kinds(c, common["num_layers"], name)
         heads = cfg_int(c, "num_attention_heads", name)
         return ModelSpec(family=self.name, num_heads=heads, num_kv_heads=kv_heads_of(c, name, heads),

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from ..engines import VLLM_MLA
 from ..errors import ConfigError
 from ..layout import Part
-from .base import Family, cfg_int
+from ..models import cfg_int
+from ..registry import register
+from .base import Family
 from .hybrid import STATE_SPLIT, HybridFamily, conv_part, divide, hybrid_vllm_engine, listed_kinds
 from .mla import Mla
-from . import register
 
 
 @dataclass(frozen=True)

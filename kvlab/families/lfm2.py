@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import cfg_int, cfg_int_list
+from ..models import cfg_int, cfg_int_list
+from ..registry import register
 from .hybrid import HybridFamily, conv_part, divide, listed_kinds
-from . import register
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..layout import Part
-from .base import cfg_int, cfg_int_list
+from ..models import cfg_int, cfg_int_list
+from ..registry import register
 from .hybrid import HybridFamily, conv_part, divide, listed_kinds
-from . import register
 
 PATTERN = {"M": "linear", "*": "attention", "-": "none", "E": "none"}  # Nemotron-H's hybrid_override_pattern
 

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..layout import Part
-from .base import cfg_int, head_dim_of
+from ..models import cfg_int
+from ..registry import register
+from .base import head_dim_of
 from .hybrid import HybridFamily, divide, listed_kinds
-from . import register
 
 
 @dataclass(frozen=True)

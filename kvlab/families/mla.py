@@ -14,8 +14,9 @@ from ..engines import VLLM_MLA
 from ..errors import ParameterError
 from ..formats import get_format
 from ..layout import Component, Entry, LayerCache, Part, split_residual, window_held
-from .base import VLLM_DCP_DOC, VLLM_MLA_TP, Family, Split, cfg_int, dense_engine, dtype_of
-from . import register
+from ..models import ModelSpec, cfg_int
+from ..registry import register
+from .base import VLLM_DCP_DOC, VLLM_MLA_TP, Family, Split, dense_engine, dtype_of
 
 V3_2_INDEXER_DCP = ("sgl-project/sglang PR #18167 (DCP for DeepSeek V3.2): the indexer's K cache is not sharded "
                     "across DCP ranks")
@@ -38,7 +39,6 @@ class Mla(Family):
         return cfg.get("kv_lora_rank") is not None and not cfg.get("index_head_dim")
 
     def parse(self, c: dict, name: str, common: dict):
-        from ..models import ModelSpec
         idx = cfg_int(c, "index_head_dim", name, required=False)
         return ModelSpec(
             family="mla_dsa" if idx else "mla",

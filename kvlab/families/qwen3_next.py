@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..layout import Part
-from .base import cfg_int
+from ..models import cfg_int
+from ..registry import register
 from .hybrid import HybridFamily, conv_part, divide, listed_kinds
-from . import register
 
 
 @dataclass(frozen=True)

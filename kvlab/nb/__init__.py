@@ -3,7 +3,7 @@
 Conventions for a notebook (tests/test_notebook_conventions.py checks the first three):
 1. Cell 1, tagged `parameters`: one typed, commented default per line (`hbm_gb: float = 0.05  # KV budget, GB`).
 2. Cell 2: `from kvlab.<pkg>.<module> import XParams` and one line `params = XParams.of(globals())`. XParams, a
-   `kvlab.nb.params.NotebookParams` dataclass, lives beside the notebook's helpers (01/02 kvlab.compare,
+   `kvlab.nb.params.NotebookParams` dataclass, lives beside the notebook's helpers (01/02 kvlab.report.compare,
    03 kvlab.quant.study, 04 kvlab.attention.evaluate, 05 kvlab.cache.measurement, 06 kvlab.serving.capacity,
    07 kvlab.sim.tiering). Its fields are the parameters
    (same names and order, a comment each, no defaults: the parameters cell holds them); `__post_init__` checks

@@ -27,6 +27,7 @@ from .parallel import ONE_GPU, Parallelism, PerGpu, per_gpu
 from ..layout import check_tokens
 from ..models import DATA_DIR, ModelSpec, catalog_names, load_model, read_config
 from ..nb.params import NotebookParams
+from ..registry import get_family
 
 WEIGHTS_FILE = DATA_DIR / "weights.json"
 DEFAULT_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization (vLLM engine arguments)
@@ -101,7 +102,6 @@ def replicated_attention_bytes(spec: ModelSpec) -> int | None:
     """Bytes of the attention projections, which data-parallel attention keeps whole on every rank (the family
     counts the parameters; bits per parameter from the config's quantization_config or dtype), or None when the
     family does not count them."""
-    from ..families import get_family
     params = get_family(spec.family).attention_params(spec)
     if params is None:
         return None
@@ -114,7 +114,6 @@ def replay_window(model) -> int:
     """Tokens a host-cache miss replays: the model family's bounded replay (V4.1: its `sliding_window`), else 0."""
     if isinstance(model, Allocation):
         return model.layout.family.replay_window(model.layout.model)
-    from ..families import get_family
     spec = load_model(model)
     return get_family(spec.family).replay_window(spec)
 

@@ -24,11 +24,9 @@ from fractions import Fraction
 from ..checks import need_int, need_type
 from ..engines import Allocation, allocate
 from ..errors import ParameterError
-from ..layout import Shard
+from ..layout import Shard, stage_sizes
 from ..models import load_model
 
-PP_SOURCE = ("vllm/distributed/utils.py get_pp_indices: num_layers // pp per stage, the remainder one each to the "
-             "stages before the last, from the second-to-last backwards")
 DP_ATTENTION_SOURCE = ("SGLang --enable-dp-attention (docs: data-parallel attention) / vLLM data parallel: each rank "
                        "holds whole sessions, MoE experts stay expert-parallel")
 
@@ -80,25 +78,6 @@ class Parallelism:
 
 
 ONE_GPU = Parallelism()
-
-
-def stage_sizes(num_layers: int, pp: int) -> list[int]:
-    """Layers per pipeline stage, as vLLM's get_pp_indices assigns them."""
-    num_layers, pp = need_int("num_layers", num_layers, 1), need_int("pp", pp, 1)
-    if pp > num_layers:
-        raise ParameterError(f"PP {pp} exceeds the model's {num_layers} layers: every stage needs a layer")
-    sizes = [num_layers // pp] * pp
-    for i in range(2, num_layers % pp + 2):  # the remainder goes to the stages before the last, backwards
-        sizes[-i] += 1
-    return sizes
-
-
-def stage_layers(num_layers: int, pp: int, stage: int) -> range:
-    """The layer indices pipeline stage `stage` holds."""
-    sizes = stage_sizes(num_layers, pp)
-    need_int("stage", stage, 0, pp - 1)
-    start = sum(sizes[:stage])
-    return range(start, start + sizes[stage])
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from ..checks import need_choice, need_int, need_number
 from ..errors import ParameterError
 from .curves import MEASURES, cache_hits, capacity_for, grid
 from .policies import get_policy, policy_names
-from .tiering import LruIndex, block_bytes, simulate_lru_fast, Tiers
+from .stackdist import LruIndex
+from .tiering import block_bytes, simulate_lru_fast, Tiers
 from .traces import Trace
 
 # Mooncake (FAST'25) Table 2 "cache ratio" of each released trace (the paper's PDF in kvcache-ai/Mooncake,

@@ -20,17 +20,12 @@ import numpy as np
 from ..checks import need_choice, need_int, need_number
 from ..errors import ParameterError
 from . import policy_kernels as pk
-from .policies import ADMISSIONS, get_policy
-from .stackdist import hit_curve, next_access
+from .policies import admit_after, get_policy
+from .stackdist import LruIndex, hit_curve, next_access
 from .traces import Trace
 
 ENGINES = ("auto", "compiled", "reference")
 MEASURES = ("token", "block")  # prefix-hit share of prompt tokens; found share of block accesses (libCacheSim's)
-
-
-def admit_after(admission: str) -> int:
-    """Accesses a block needs before a cache stores it: "all" 1 (every block), "second" 2."""
-    return ADMISSIONS[need_choice("admission", admission, ADMISSIONS)]
 
 
 @dataclass
@@ -124,7 +119,6 @@ def cache_hits(trace: Trace, policy: str, capacities, admission: str = "all", en
     if engine == "reference" or (engine == "auto" and not pk.ENABLED):
         rows = np.array([reference_hits(trace, policy, int(c), admission) for c in caps], np.int64).reshape(-1, 3)
     elif policy == "lru" and admit == 1 and engine == "auto":
-        from .tiering import LruIndex
         ix = LruIndex.build(trace)
         _, found = hit_curve(ix.dist, caps)
         pc = _prefix_counts(ix, caps)
@@ -168,7 +162,6 @@ def capacity_for(trace: Trace, policy: str, target: float, measure: str = "token
     if rate(hi_cap) < t:
         return None
     if policy == "lru" and admission == "all":
-        from .tiering import LruIndex
         ix = LruIndex.build(trace)
         if measure == "token":
             e, w, total = ix.prefix_dist, ix.tok, int(trace.input_tokens.sum())

@@ -11,12 +11,19 @@ the earlier reuses whose own previous access is later than its own: an inversion
 computed bit by bit (a wavelet-matrix pass) with O(N) numpy work per bit, so O(N log N) in all with no
 Python loop over accesses. Where numba is available the same distances come from a compiled Fenwick-tree
 pass (kvlab.sim.kernels), which is several times faster; the numpy path stays as the fallback.
+
+`LruIndex` is that pass over a trace, kept: the distances, their running maximum within each request (what a
+prefix hit needs) and the tokens of each access, which every LRU configuration of the trace then reads
+(kvlab.sim.curves, kvlab.sim.tiering, kvlab.sim.analyze).
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from . import kernels
+from .traces import Trace, access_tokens, need_prefixes
 
 
 def previous_access(ids: np.ndarray) -> np.ndarray:
@@ -104,3 +111,33 @@ def next_access(ids: np.ndarray, never: int = np.iinfo(np.int64).max) -> np.ndar
     nxt = np.full(n, never, np.int64)
     nxt[order[:-1][same]] = order[1:][same]
     return nxt
+
+
+@dataclass
+class LruIndex:
+    """What one pass over a trace tells every LRU configuration: stack distances and their running maximum
+    within each request (the capacity a prefix hit needs), plus per-access request, tokens and history."""
+
+    prev: np.ndarray  # [A] previous access to the same block, -1 if none
+    dist: np.ndarray  # [A] LRU stack distance, -1 for a first access
+    prefix_dist: np.ndarray  # [A] running max of dist within the request (-1: never a prefix hit)
+    req: np.ndarray  # [A] request of each access
+    tok: np.ndarray  # [A] tokens each access stands for
+    seen: np.ndarray  # [A] distinct blocks before each access
+
+    @classmethod
+    def build(cls, trace: Trace) -> "LruIndex":
+        need_prefixes(trace)
+        ids = trace.block_ids
+        if kernels.ENABLED:
+            prev, d = kernels.stack_distances(ids)
+        else:
+            prev = previous_access(ids)
+            d = stack_distances(ids, prev)
+        req = trace.request_of_access
+        big = int(d.max()) + 2 if len(d) else 1
+        v = np.where(d < 0, big - 1, d)
+        run = np.maximum.accumulate(v + req * big) - req * big  # segmented running max
+        cold = prev < 0
+        return cls(prev, d, np.where(run >= big - 1, -1, run), req, access_tokens(trace, req),
+                   np.cumsum(cold) - cold)

@@ -35,10 +35,9 @@ from ..errors import ParameterError
 from ..models import catalog_names
 from ..nb.params import NotebookParams
 from ..serving.hardware import get_gpu, gpu_names
-from .curves import admit_after
-from .policies import ADMISSIONS, get_policy, policy_names
-from .stackdist import next_access, previous_access, stack_distances
-from .traces import Trace, have_trace
+from .policies import ADMISSIONS, admit_after, get_policy, policy_names
+from .stackdist import LruIndex, next_access
+from .traces import Trace, access_tokens, have_trace, need_prefixes
 
 TIERS = ("hbm", "dram", "ssd")
 POLICIES = tuple(policy_names())  # the registered eviction policies (kvlab.sim.policies)
@@ -153,29 +152,10 @@ class SimResult:
         return d
 
 
-def _check_trace(trace: Trace):
-    if not isinstance(trace, Trace):
-        raise ParameterError(f"expected a Trace, got {type(trace).__name__}")
-    if not trace.has_prefixes:
-        raise ParameterError(f"trace {trace.name!r} has no prefix (block hash) information: it cannot drive "
-                             "the tiering simulator (Azure traces give arrivals and lengths only)")
-
-
-def _access_tokens(trace: Trace, req: np.ndarray) -> np.ndarray:
-    """[A] tokens each block access stands for (the last block of a request may be partial)."""
-    B = trace.block_tokens
-    tok = np.full(trace.n_accesses, B, np.int64)
-    off = trace.block_offsets
-    n = np.diff(off)
-    last = off[1:][n > 0] - 1
-    tok[last] = trace.input_tokens[n > 0] - (n[n > 0] - 1) * B
-    return tok
-
-
 def _finish(policy, tiers, trace, tier, hit, req, moved, evicted, stale, tok=None) -> SimResult:
     """Per-tier and per-request totals from each access's tier (3 = not found) and prefix-hit flag."""
     R = len(trace)
-    tok = _access_tokens(trace, req) if tok is None else tok
+    tok = access_tokens(trace, req) if tok is None else tok
     th, rh = tier[hit], req[hit]
     hit_blocks = np.bincount(th, minlength=3)[:3]
     hit_tokens = np.bincount(th, weights=tok[hit], minlength=3)[:3].astype(np.int64)
@@ -198,38 +178,8 @@ def _prefix_hits(trace: Trace, found: np.ndarray, req: np.ndarray) -> np.ndarray
     return found & (pos < first_miss[req])
 
 
-@dataclass
-class LruIndex:
-    """What one pass over a trace tells every LRU configuration: stack distances and their running maximum
-    within each request (the capacity a prefix hit needs), plus per-access request, tokens and history."""
-
-    prev: np.ndarray  # [A] previous access to the same block, -1 if none
-    dist: np.ndarray  # [A] LRU stack distance, -1 for a first access
-    prefix_dist: np.ndarray  # [A] running max of dist within the request (-1: never a prefix hit)
-    req: np.ndarray  # [A] request of each access
-    tok: np.ndarray  # [A] tokens each access stands for
-    seen: np.ndarray  # [A] distinct blocks before each access
-
-    @classmethod
-    def build(cls, trace: Trace) -> "LruIndex":
-        _check_trace(trace)
-        ids = trace.block_ids
-        if kernels.ENABLED:
-            prev, d = kernels.stack_distances(ids)
-        else:
-            prev = previous_access(ids)
-            d = stack_distances(ids, prev)
-        req = trace.request_of_access
-        big = int(d.max()) + 2 if len(d) else 1
-        v = np.where(d < 0, big - 1, d)
-        run = np.maximum.accumulate(v + req * big) - req * big  # segmented running max
-        cold = prev < 0
-        return cls(prev, d, np.where(run >= big - 1, -1, run), req, _access_tokens(trace, req),
-                   np.cumsum(cold) - cold)
-
-
 def _check_lru_fast(trace: Trace, tiers: Tiers):
-    _check_trace(trace)
+    need_prefixes(trace)
     if math.isfinite(tiers.ttl_s) and tiers.capacity_blocks[2] > 0:
         raise ParameterError("the vectorized LRU path supports a DRAM TTL only without an SSD tier; "
                              "use simulate_sequential")
@@ -368,7 +318,7 @@ def simulate_sequential(trace: Trace, tiers: Tiers, policy="lru", progress: bool
     drops it; a block the policy declines is dropped too. Each tier's victim moves to the next tier with room
     (looked up there first, so ARC's and S3-FIFO's ghosts see it), the last tier's is dropped. Host DRAM drops (or
     sinks to SSD) a block idle past the TTL - at the start of each request, or on arrival from HBM."""
-    _check_trace(trace)
+    need_prefixes(trace)
     pols, adms = tier_policies(policy), tier_admissions(admission)
     admits = [admit_after(a) for a in adms]
     caps = tiers.capacity_blocks
@@ -467,7 +417,7 @@ def simulate_sequential(trace: Trace, tiers: Tiers, policy="lru", progress: bool
 
 def simulate_compiled(trace: Trace, tiers: Tiers, policy="lru", admission="all") -> SimResult:
     """`simulate_sequential` through the compiled tier kernel (kvlab.sim.policy_kernels): the same results."""
-    _check_trace(trace)
+    need_prefixes(trace)
     if not pk.ENABLED:
         raise ParameterError("the compiled tier kernel needs numba (KVLAB_NUMBA=0 turns it off); "
                              "use simulate_sequential")
@@ -505,7 +455,7 @@ def simulate(trace: Trace, tiers: Tiers, policy="lru", progress: bool = False, a
     lru = set(pols) == {"lru"} and set(adms) == {"all"}
     if not pk.ENABLED and not lru:
         return simulate_sequential(trace, tiers, pols, progress, adms)
-    _check_trace(trace)
+    need_prefixes(trace)
     _tier_caches(tiers, pols, {})  # bad input is refused before a progress bar appears
     bar = None
     if progress:  # a compiled run is one call: the bar completes when it returns

@@ -91,6 +91,27 @@ class Trace:
         return d
 
 
+def need_prefixes(trace: Trace) -> None:
+    """Refuse anything but a Trace with block ids: the cache simulators follow prefix-chained blocks."""
+    if not isinstance(trace, Trace):
+        raise ParameterError(f"expected a Trace, got {type(trace).__name__}")
+    if not trace.has_prefixes:
+        raise ParameterError(f"trace {trace.name!r} has no prefix (block hash) information: it cannot drive "
+                             "the tiering simulator (Azure traces give arrivals and lengths only)")
+
+
+def access_tokens(trace: Trace, req: np.ndarray) -> np.ndarray:
+    """[A] tokens each block access stands for (the last block of a request may be partial); req: [A] request
+    of each access (`Trace.request_of_access`)."""
+    B = trace.block_tokens
+    tok = np.full(trace.n_accesses, B, np.int64)
+    off = trace.block_offsets
+    n = np.diff(off)
+    last = off[1:][n > 0] - 1
+    tok[last] = trace.input_tokens[n > 0] - (n[n > 0] - 1) * B
+    return tok
+
+
 def block_stream(ids, block_tokens: int = 1, name: str = "blocks") -> Trace:
     """A plain stream of block ids as a trace of one-block requests (every access its own request, arriving one
     second apart): the shape libCacheSim sees, so each policy's hits can be held against it."""

@@ -11,7 +11,8 @@ Public API (stable; other kvlab modules and notebooks use only these names):
              batch(samples, encode=None) -> (ids [B, T], labels [B, T]); labels are -100 except answer tokens
            score(logits [B, T, V], labels) -> accuracy (an answer counts when all its tokens are right, greedy,
              teacher forced); score_predictions(pred [B, T], labels) -> (right, answers)
-  models   ARCHS ("dense", "mla", "v41"), SIZES ("tiny", "small", "base"), make_config(arch, size),
+  sizes    SIZES ("tiny", "small", "base") -> Size (width, depth, heads: shared by every architecture)
+  models   ARCHS ("dense", "mla", "v41"), make_config(arch, size),
            build_model(arch, size, seed) -> a transformers PreTrainedModel (float32)
   v41      KvlabV41Config / KvlabV41ForCausalLM (model_type "kvlab_v41", registered with AutoConfig and
            AutoModelForCausalLM when kvlab.train is imported); to_stack(model, formats) -> kvlab.attention Stack
@@ -30,8 +31,9 @@ Its KV bytes: `kvlab bytes PATH` (kvlab.layout reads its config.json).
 from . import v41  # noqa: F401  (registers model_type "kvlab_v41" with transformers' Auto classes)
 from .data import ByteTokenizer, Corpus, load_corpus, save_tokenizer
 from .loop import Result, TrainConfig, evaluate, load_record, retrain, save, train
-from .models import ARCHS, SIZES, build_model, make_config
+from .models import ARCHS, build_model, make_config
 from .probe import CopyProbe, copy_probe
+from .sizes import SIZES
 from .tasks import TASKS, Sample, batch, get_task, render, score, score_predictions
 
 CHECKPOINTS = "data/checkpoints"  # relative to the repository root (kvlab.models.DATA_DIR / "checkpoints")

@@ -27,8 +27,9 @@ from ..checks import need_choice, need_int, need_number
 from ..errors import ParameterError
 from . import tasks as T
 from .data import load_corpus, save_tokenizer
-from .models import ARCHS, NAMES, SIZES, build_model, count_parameters
+from .models import ARCHS, NAMES, build_model, count_parameters
 from .probe import copy_probe
+from .sizes import SIZES
 
 CURVE_FILE = "loss_curve.json"
 RECORD_FILE = "train_record.json"
@@ -39,7 +40,7 @@ class TrainConfig:
     """One training run. Defaults: a few minutes per model on 2 CPU cores."""
 
     arch: str = "dense"  # one of models.ARCHS
-    size: str = "tiny"  # one of models.SIZES
+    size: str = "tiny"  # one of sizes.SIZES
     steps: int = 600  # optimizer steps
     batch_tokens: int = 2048  # tokens per step (rows = batch_tokens // length)
     lengths: tuple[int, ...] = (128, 256, 512)  # sequence length of step i: lengths[i % len(lengths)]

@@ -36,6 +36,7 @@ from ..attention.sharing import LayerPlan, model_plan
 from ..attention.stack import IndexerWeights, LayerWeights, Stack, StackConfig
 from ..errors import ConfigError
 from ..models import ModelSpec, spec_from_config
+from .sizes import get_size
 
 
 class KvlabV41Config(PreTrainedConfig):
@@ -352,8 +353,7 @@ def to_stack(model: KvlabV41ForCausalLM, formats: dict | None = None) -> Stack:
 
 
 def v41_config(size="tiny", vocab: int = 256) -> KvlabV41Config:
-    """The V4.1-like config at a size preset (kvlab.train.models.SIZES)."""
-    from .models import get_size
+    """The V4.1-like config at a size preset (kvlab.train.sizes.SIZES)."""
     s = get_size(size)
     layers = {"tiny": 6}.get(size if isinstance(size, str) else "", max(6, s.layers))
     return KvlabV41Config(vocab_size=vocab, hidden_size=s.hidden, intermediate_size=s.intermediate // 3,

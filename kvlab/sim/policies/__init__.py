@@ -4,7 +4,7 @@ Registered, in order: lru, fifo, lfu, sieve, s3fifo, arc, belady, belady-bypass.
 block-by-block reference; kvlab.sim.policy_kernels holds the compiled paths; tests hold both equal to
 libCacheSim (PyPI `libcachesim`, the optional `oracle` extra) where it is installed.
 """
-from .base import ADMISSIONS, NEVER, REGISTRY, Policy, get_policy, policy_names, register  # noqa: F401
+from .base import ADMISSIONS, NEVER, REGISTRY, Policy, admit_after, get_policy, policy_names, register  # noqa: F401
 from .lru import LRU  # noqa: F401
 from .fifo import FIFO  # noqa: F401
 from .lfu import LFU  # noqa: F401

@@ -28,6 +28,12 @@ from ...errors import ParameterError
 
 ADMISSIONS = {"all": 1, "second": 2}  # admission rule -> accesses a block needs before it is stored
 
+
+def admit_after(admission: str) -> int:
+    """Accesses a block needs before a cache stores it: "all" 1 (every block), "second" 2."""
+    return ADMISSIONS[need_choice("admission", admission, ADMISSIONS)]
+
+
 NEVER = np.iinfo(np.int64).max  # next use of a block that is not accessed again
 
 REGISTRY: dict[str, type["Policy"]] = {}  # name -> class, in registration order

@@ -4,13 +4,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from .checks import need_list, need_type
-from .engines import Allocation, allocate
-from .errors import KvlabError, ParameterError
-from .formats import get_format
-from .layout import SCHEMES, Layout, build_layout
-from .models import catalog_names, load_model
-from .nb.params import NotebookParams
+from ..checks import need_list, need_type
+from ..engines import Allocation, allocate
+from ..errors import KvlabError, ParameterError
+from ..formats import get_format
+from ..layout import SCHEMES, Layout, build_layout
+from ..models import catalog_names, load_model
+from ..nb.params import NotebookParams
 
 
 def _num(x: Fraction):

@@ -14,23 +14,23 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
-from .models import DATA_DIR
+from ..models import DATA_DIR
 
 CLAIMS_FILE = DATA_DIR / "claims.json"
 
 
 def _bpt(model, scheme="storage", fmt=None) -> Fraction:
-    from .layout import build_layout
+    from ..layout import build_layout
     return build_layout(model, scheme, fmt).bytes_per_token
 
 
 def _alloc_bpt(model, scheme) -> Fraction:
-    from .engines import allocate
+    from ..engines import allocate
     return allocate(model, scheme).bytes_per_token
 
 
 def _spec(model):
-    from .models import load_model
+    from ..models import load_model
     return load_model(model)
 
 
@@ -58,18 +58,18 @@ CHECKS = {
 
 
 def _ttl_recompute():
-    from .sim.tiering import v41_ttl_recompute
+    from ..sim.tiering import v41_ttl_recompute
     return v41_ttl_recompute(60.0)
 
 
 def _decode_growth(model, cap):
     """Per-decode-token FLOPs at 2^20 tokens over those at 4,096 (kvlab.attention.flops)."""
-    from .attention.flops import growth
+    from ..attention.flops import growth
     return growth(model, 4096, 1 << 20, cap=cap)
 
 
 def _layout(model):
-    from .layout import build_layout
+    from ..layout import build_layout
     return build_layout(model)
 
 
