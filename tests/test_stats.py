@@ -1,0 +1,78 @@
+"""kvlab.stats: Wilson intervals and paired bootstrap intervals on hand-worked cases."""
+import math
+
+import numpy as np
+import pytest
+
+from kvlab.errors import KvlabError
+from kvlab.stats import accuracy_interval, paired_bootstrap, perplexity_change, samples_for_halfwidth, wilson
+
+
+@pytest.mark.parametrize("k, n, low, high", [
+    (8, 10, 0.4901625, 0.9433178),  # Brown, Cai & DasGupta's Wilson interval, worked by hand
+    (0, 10, 0.0, 0.2775328),
+    (10, 10, 0.7224672, 1.0),
+    (50, 100, 0.4038315, 0.5961685),
+    (1, 1, 0.2065493, 1.0),
+])
+def test_wilson_hand_worked(k, n, low, high):
+    lo, hi = wilson(k, n)
+    assert lo == pytest.approx(low, abs=1e-6) and hi == pytest.approx(high, abs=1e-6)
+
+
+def test_wilson_formula():
+    """The centre (p + z^2/2n) / (1 + z^2/n) sits halfway between the ends."""
+    k, n, z = 37, 120, 1.959963984540054
+    lo, hi = wilson(k, n)
+    p = k / n
+    assert (lo + hi) / 2 == pytest.approx((p + z * z / (2 * n)) / (1 + z * z / n), rel=1e-12)
+    a = accuracy_interval(k, n)
+    assert (a.value, a.n, a.pair()) == (p, n, [lo, hi])
+
+
+def test_samples_for_halfwidth():
+    """The fewest samples whose Wilson interval around the observed proportion is at most +-h on each side."""
+    def fits(n, p, h=0.05):
+        k = round(p * n)
+        lo, hi = wilson(k, n)
+        return max(hi - k / n, k / n - lo) <= h
+    for p in (0.5, 0.9, 0.95):
+        n = samples_for_halfwidth(0.05, p)
+        assert fits(n, p) and not fits(n - 1, p)
+    assert 370 < samples_for_halfwidth(0.05) < 385  # below the normal approximation's 385
+    assert samples_for_halfwidth(0.05, 0.95) < samples_for_halfwidth(0.05)
+
+
+def test_paired_bootstrap_constant_shift_is_a_point():
+    """Every window shifted by c nats per token: the change is exp(c) - 1 on every resample."""
+    tokens = np.array([100, 80, 120, 90])
+    ref = np.array([200.0, 150.0, 260.0, 170.0])
+    c = 0.01
+    iv = paired_bootstrap(ref, ref + c * tokens, tokens, seed=3)
+    assert iv.value == pytest.approx(math.expm1(c), rel=1e-12)
+    assert iv.low == pytest.approx(iv.value, rel=1e-9) and iv.high == pytest.approx(iv.value, rel=1e-9)
+    assert not iv.covers_zero
+
+
+def test_paired_bootstrap_noise_covers_zero_and_is_seeded():
+    rng = np.random.default_rng(0)
+    tokens = np.full(64, 256)
+    ref = rng.normal(500, 40, 64)
+    noisy = ref + rng.normal(0, 5, 64)  # no systematic change
+    a, b = paired_bootstrap(ref, noisy, tokens, seed=1), paired_bootstrap(ref, noisy, tokens, seed=1)
+    assert a == b and a.covers_zero and a.n == 64
+    worse = paired_bootstrap(ref, ref + 20 + rng.normal(0, 5, 64), tokens, seed=1)
+    assert worse.low > 0
+    ch = perplexity_change(ref, noisy, tokens, seed=1)
+    assert ch.within_noise and ch.reference == pytest.approx(math.exp(ref.sum() / tokens.sum()))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: wilson(11, 10), lambda: wilson(2.0, 10), lambda: wilson(1, 0), lambda: wilson(True, 3),
+    lambda: paired_bootstrap([1, 2], [1], [1, 1]), lambda: paired_bootstrap([], [], []),
+    lambda: paired_bootstrap([1, float("nan")], [1, 2], [1, 1]), lambda: paired_bootstrap([1], [1], [0]),
+    lambda: paired_bootstrap([1], [1], [1], resamples=2.0), lambda: samples_for_halfwidth(0),
+])
+def test_bad_inputs(call):
+    with pytest.raises(KvlabError):
+        call()
