@@ -46,6 +46,37 @@ def test_eval_json(model_dir, capsys):
     assert r["decode_tokens_per_s"] > 0 and 0 <= r["accuracy"] <= 1
 
 
+def test_eval_json_intervals_and_counts(model_dir, capsys):
+    """Intervals around every figure, with the counts they rest on; a BF16 cache's change is exactly zero."""
+    r = run_json(capsys, model_dir, "--kv-format", "int2", "--tokens", "96", "--windows", "5", "--decode-steps", "2",
+                 "--task", "needle", "--samples", "6")
+    assert (r["windows"], r["samples"], r["answers"]) == (5, 6, 6)
+    lo, hi = r["perplexity_ci"]
+    assert lo <= r["perplexity"] <= hi and lo < hi
+    clo, chi = r["perplexity_change_ci"]
+    assert clo <= r["perplexity_change"] <= chi
+    assert r["within_noise"] == (clo <= 0 <= chi)
+    for key in ("accuracy", "reference_accuracy"):
+        a, b = r[key + "_ci"]
+        assert 0 <= a <= r[key] <= b <= 1 and b - a > 0.1  # six answers leave a wide interval
+    assert r["held_equals_predicted"] is True
+    same = run_json(capsys, model_dir, "--tokens", "48", "--windows", "3", "--decode-steps", "2")
+    assert same["perplexity_change"] == 0 and same["perplexity_change_ci"] == [0, 0] and same["within_noise"]
+
+
+@pytest.mark.slow
+def test_eval_v41_checkpoint(capsys):
+    """The V4.1-like checkpoint evaluates through its own Stack (it has no transformers cache)."""
+    from kvlab.train import checkpoint_dir
+    r = run_json(capsys, str(checkpoint_dir("kvlab-v41-tiny")), "--kv-format", "nvfp4", "--tokens", "64",
+                 "--windows", "2", "--decode-steps", "2", "--chunk", "64")
+    assert r["kv_format"] == "nvfp4" and r["mechanism"].startswith("v41")
+    assert r["held_bytes"] == r["predicted_bytes"] < r["reference_bytes"]
+    assert len(r["perplexity_change_ci"]) == 2
+    assert main(["eval", str(checkpoint_dir("kvlab-v41-tiny")), "--mechanism", "window=16", "--tokens", "32"]) == 2
+    assert "its own trained modules" in capsys.readouterr().err
+
+
 def test_eval_split_formats_residual_mechanism(model_dir, capsys):
     r = run_json(capsys, model_dir, "--k-format", "int4", "--v-format", "int2", "--residual", "8", "--tokens", "80",
                  "--decode-steps", "2", "--mechanism", "window=32")

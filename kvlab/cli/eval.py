@@ -20,7 +20,10 @@ def register(sub) -> None:
                    help="tokens quantized together as they leave the residual (faster decoding; they wait in BF16)")
     p.add_argument("--mechanism", default=None,
                    help="window=W, topk=K, capped=BxS,topk=K, csa=M,topk=K,window=W or hca=M,window=W")
-    p.add_argument("--tokens", type=count("--tokens"), default=512, help="held-out tokens scored")
+    p.add_argument("--tokens", type=count("--tokens"), default=512, help="tokens per held-out window (and task "
+                                                                           "sample)")
+    p.add_argument("--windows", type=count("--windows"), default=8,
+                   help="held-out windows scored, each through a fresh cache (the intervals' n)")
     p.add_argument("--chunk", type=count("--chunk"), default=32, help="tokens per forward (1: token by token)")
     p.add_argument("--task", default=None, help="also score a task: mqar, needle or vartrack")
     p.add_argument("--samples", type=count("--samples"), default=8, help="task samples")
@@ -37,16 +40,23 @@ def cmd_eval(args) -> int:
         raise ParameterError("give --kv-format, or --k-format and --v-format, not both")
     r = evaluate(args.model, args.kv_format, args.k_format, args.v_format, args.residual, args.mechanism,
                  tokens=args.tokens, task=args.task, samples=args.samples, chunk=args.chunk, block=args.block,
-                 decode_steps=args.decode_steps, device=args.device)
+                 decode_steps=args.decode_steps, device=args.device, windows=args.windows)
     if args.json:
         print(json.dumps(r.as_dict(), indent=2))
         return 0
-    print(f"{r.model}: {r.kv_format}, {r.mechanism}; {r.tokens:,} tokens of {r.text}, chunks of {r.chunk}")
-    print(f"  perplexity   {r.perplexity:10.4f}   (BF16 DynamicCache {r.reference_perplexity:.4f})")
+    ref = "BF16 Stack" if r.mechanism.startswith("v41") else "BF16 DynamicCache"
+    print(f"{r.model}: {r.kv_format}, {r.mechanism}; {r.windows} windows of {r.tokens:,} tokens of {r.text}, "
+          f"chunks of {r.chunk} (95% intervals)")
+    lo, hi = r.perplexity_ci
+    clo, chi = r.perplexity_change_ci
+    print(f"  perplexity   {r.perplexity:10.4f}   [{lo:.4f}, {hi:.4f}]  ({ref} {r.reference_perplexity:.4f}; change "
+          f"{r.perplexity_change:+.2%} [{clo:+.2%}, {chi:+.2%}]{', within noise' if r.within_noise else ''})")
     if r.task:
-        print(f"  {r.task:<12} {r.accuracy:10.3f}   (BF16 DynamicCache {r.reference_accuracy:.3f})")
-    print(f"  held bytes   {r.held_bytes:10,}   (predicted {r.predicted_bytes:,}; DynamicCache {r.reference_bytes:,})")
+        a, b = r.accuracy_ci, r.reference_accuracy_ci
+        print(f"  {r.task:<12} {r.accuracy:10.3f}   [{a[0]:.3f}, {a[1]:.3f}]  ({ref} {r.reference_accuracy:.3f} "
+              f"[{b[0]:.3f}, {b[1]:.3f}]; {r.answers} answers in {r.samples} samples)")
+    print(f"  held bytes   {r.held_bytes:10,}   (predicted {r.predicted_bytes:,}; {ref} {r.reference_bytes:,})")
     lo, hi = r.decode_tokens_per_s_range
-    print(f"  decode       {r.decode_tokens_per_s:10.1f} tokens/s ({lo:.1f}-{hi:.1f}; DynamicCache "
+    print(f"  decode       {r.decode_tokens_per_s:10.1f} tokens/s ({lo:.1f}-{hi:.1f}; {ref} "
           f"{r.reference_decode_tokens_per_s:.1f})")
     return 0

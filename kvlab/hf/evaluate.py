@@ -236,15 +236,75 @@ class EvalResult:
     reference_decode_tokens_per_s: float  # DynamicCache, median of repeats
     decode_tokens_per_s_range: tuple[float, float] = (0.0, 0.0)  # kvlab cache: slowest, fastest repeat
     task: str | None = None  # task name, if one was run
-    accuracy: float | None = None  # task accuracy with the kvlab cache
+    accuracy: float | None = None  # task accuracy with the kvlab cache (answers right / answers)
     reference_accuracy: float | None = None  # with the DynamicCache
     text: str = ""  # where the text came from
+    windows: int = 1  # held-out windows of `tokens` tokens, each through a fresh cache
+    perplexity_ci: list | None = None  # [low, high]: bootstrap 95% interval over the windows
+    reference_perplexity_ci: list | None = None  # the same for the reference
+    perplexity_change: float | None = None  # perplexity / reference - 1 on the same windows
+    perplexity_change_ci: list | None = None  # [low, high]: paired bootstrap 95% interval (seeded)
+    within_noise: bool | None = None  # the change's interval covers zero
+    held_equals_predicted: bool | None = None  # after every window (None: no prediction)
+    samples: int | None = None  # task samples
+    answers: int | None = None  # answers scored over them (the accuracies' n)
+    accuracy_ci: list | None = None  # [low, high]: Wilson 95% interval
+    reference_accuracy_ci: list | None = None  # the same for the reference
     notes: list[str] = field(default_factory=list)  # caveats
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d["decode_tokens_per_s_range"] = list(self.decode_tokens_per_s_range)
         return d
+
+
+def text_windows(encode, length: int, n: int, seed: int) -> torch.Tensor:
+    """`n` windows of `length` tokens of kvlab's held-out text at seeded offsets: ids [n, length]."""
+    from ..train.data import load_corpus
+    corpus = load_corpus()
+    g = torch.Generator().manual_seed(seed)
+    text = corpus.text("heldout")
+    out = []
+    for _ in range(n):
+        start = int(torch.randint(0, max(1, len(text) - 8 * length), (1,), generator=g))
+        ids = encode(text[start:start + 8 * length])
+        if len(ids) < length:
+            raise ParameterError(f"held-out text too short for windows of {length} tokens")
+        out.append(torch.tensor(ids[:length]))
+    return torch.stack(out)
+
+
+def is_v41(model) -> bool:
+    """kvlab's V4.1-like model (kvlab.train.v41): its cache is its own Stack's, not a transformers cache."""
+    return getattr(model.config, "model_type", None) == "kvlab_v41"
+
+
+def stack_layout(model, kv_format: str):
+    """kvlab.layout's layout of the V4.1-like checkpoint with every store (entries, index keys, window) in one
+    format: what `kvlab bytes PATH` lays out, and what its Stack holds."""
+    from ..layout import build_layout
+    return build_layout(model.config.spec(), kv_format=kv_format)
+
+
+def stack_pass(model, ids: torch.Tensor, formats: dict, chunk: int, stack=None) -> Pass:
+    """`run_pass` for the V4.1-like model: its trained weights in a kvlab.attention Stack whose packed stores
+    hold compressed entries, index keys and the window in `formats` (role -> format), fed in chunks. The
+    prediction is kvlab.layout's when every role takes one format."""
+    from ..train.v41 import to_stack
+    stack = stack or to_stack(model, formats)
+    stack.reset()
+    nll, preds = 0.0, []
+    with torch.no_grad(), math_attention_if_forced():
+        for a in range(0, ids.shape[1], chunk):
+            logits = stack.forward(ids[:, a:a + chunk]).float()  # [1, c, V]
+            preds.append(logits.argmax(-1))
+            target = ids[:, a + 1:a + chunk + 1]
+            n = target.shape[1]
+            if n:
+                nll += float(torch.nn.functional.cross_entropy(logits[0, :n], target[0], reduction="sum"))
+    one = set(formats.values())
+    pred = stack_layout(model, one.pop()).session(ids.shape[1]).total if len(one) == 1 else None
+    return Pass(nll, ids.shape[1] - 1, torch.cat(preds, 1), stack.cache_bytes()["total"], pred)
 
 
 def heldout_ids(encode, tokens: int) -> tuple[torch.Tensor, str]:
@@ -260,21 +320,45 @@ def heldout_ids(encode, tokens: int) -> tuple[torch.Tensor, str]:
     return torch.tensor(ids[:tokens])[None], f"held-out standard library text (Python {c.python}, {c.sha256[:12]})"
 
 
+def stack_decode_rate(stack, ids: torch.Tensor, prompt: int, steps: int, repeats: int = 3) -> list[float]:
+    """`decode_rate` for the V4.1-like model's Stack: prefill ids[:, :prompt], then `steps` one-token steps."""
+    need_int("steps", steps, 1)
+    if ids.shape[1] < prompt + steps:
+        raise ParameterError(f"decode timing needs {prompt + steps} tokens of text, got {ids.shape[1]}")
+    rates = []
+    with torch.no_grad():
+        for _ in range(repeats):
+            stack.reset()
+            stack.forward(ids[:, :prompt])
+            t0 = time.perf_counter()
+            for i in range(prompt, prompt + steps):
+                stack.forward(ids[:, i:i + 1])
+            rates.append(steps / (time.perf_counter() - t0))
+    return rates
+
+
 def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: int = 0, mechanism=None,
              tokens: int = 512, task: str | None = None, samples: int = 8, task_tokens: int | None = None,
              chunk: int = 32, block: int = 1, decode_steps: int = 32, repeats: int = 3, seed: int = 0,
-             device: str = "auto", model=None, tokenizer=None) -> EvalResult:
-    """Perplexity, task accuracy, bytes and decode speed of a model with a kvlab cache, against BF16 DynamicCache.
-    Arguments are checked before the model loads, so a bad one costs nothing."""
+             device: str = "auto", windows: int = 8, model=None, tokenizer=None) -> EvalResult:
+    """Perplexity, task accuracy, bytes and decode speed of a model with a kvlab cache, against BF16 DynamicCache
+    (the V4.1-like model: its own Stack in the format, against the Stack in BF16), over `windows` held-out windows
+    of `tokens` tokens and `samples` task samples, with 95% intervals (kvlab.stats): the perplexity's bootstrap over
+    windows, the change's paired bootstrap, the accuracies' Wilson. Arguments are checked before the model loads,
+    so a bad one costs nothing."""
     from ..cache.memory import resolve_device
     from ..layout import kv_plan
+    from ..stats import accuracy_interval, bootstrap_perplexity, paired_bootstrap
     from .cache import make_cache
     from .mechanisms import parse_mechanism
     kv_plan(kv_format, k_format, v_format, residual, block)
-    parse_mechanism(mechanism)
+    mech = parse_mechanism(mechanism)
     for k, v, lo in (("tokens", tokens, 2), ("samples", samples, 1), ("chunk", chunk, 1),
-                     ("decode_steps", decode_steps, 1), ("repeats", repeats, 1)):
+                     ("decode_steps", decode_steps, 1), ("repeats", repeats, 1), ("windows", windows, 1),
+                     ("seed", seed, 0)):
         need_int(k, v, lo)
+    if task_tokens is not None:
+        need_int("task_tokens", task_tokens, 2)
     if task is not None:
         from ..train.tasks import get_task
         get_task(task)
@@ -283,29 +367,68 @@ def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: 
         model, tokenizer = load(name)
     model.to(dev)
     encode = encoder(tokenizer, model.config.vocab_size)
+    if is_v41(model):
+        if not mech.dense or residual or k_format or v_format or block != 1:
+            raise ParameterError("the V4.1-like model compresses and selects with its own trained modules: it takes "
+                                 "one --kv-format for its stores, not mechanisms, residuals or separate K/V formats")
+        from ..formats import get_format
+        from ..train.v41 import to_stack
+        fmt = get_format(kv_format or "bf16").name
+        stacks = {f: to_stack(model, {r: f for r in ("main", "index", "swa")}) for f in dict.fromkeys((fmt, "bf16"))}
 
-    def kv():
-        return make_cache(model, kv_format, k_format, v_format, residual, block=block, mechanism=mechanism)
+        def run(ids, f):
+            return stack_pass(model, ids, {r: f for r in ("main", "index", "swa")}, chunk, stacks[f])
 
-    def ref():
-        return peer_cache(model, "dynamic")
+        def rates(ids, f):
+            return stack_decode_rate(stacks[f], ids.to(dev), ids.shape[1] - decode_steps, decode_steps, repeats)
+        label, mlabel, ours, ref = fmt, "v41 (its own CSA / HCA and indexer)", fmt, "bf16"
+    else:
+        def kv():
+            return make_cache(model, kv_format, k_format, v_format, residual, block=block, mechanism=mechanism)
 
-    probe = kv()  # a model the cache cannot hold fails here, before any work
-    ids, where = heldout_ids(encode, max(tokens, decode_steps + 16))
-    text = ids[:, :tokens]
-    p, r = run_pass(model, text, kv(), chunk), run_pass(model, text, ref(), chunk)
-    prompt = ids.shape[1] - decode_steps
-    rates = decode_rate(model, kv, ids, prompt, decode_steps, repeats)
-    ref_rates = decode_rate(model, ref, ids, prompt, decode_steps, repeats)
-    out = EvalResult(name, probe.kv_format, probe.mech.label(), tokens, chunk, perplexity(p), perplexity(r),
-                     p.held_bytes, p.predicted_bytes, r.held_bytes, _median(rates), _median(ref_rates),
-                     (min(rates), max(rates)), text=where)
+        def dyn():
+            return peer_cache(model, "dynamic")
+        makers = {"kv": kv, "ref": dyn}
+
+        def run(ids, f):
+            return run_pass(model, ids, makers[f](), chunk)
+
+        def rates(ids, f):
+            return decode_rate(model, makers[f], ids, ids.shape[1] - decode_steps, decode_steps, repeats)
+        probe = kv()  # a model the cache cannot hold fails here, before any work
+        label, mlabel, ours, ref = probe.kv_format, probe.mech.label(), "kv", "ref"
+    text = text_windows(encode, tokens, windows, seed)  # [windows, tokens]
+    mine = [run(w[None], ours) for w in text]
+    base = [run(w[None], ref) for w in text]
+    scored = [p.scored for p in mine]
+    nll, ref_nll = [p.nll for p in mine], [p.nll for p in base]
+    ppl, ref_ppl = bootstrap_perplexity(nll, scored, seed=seed), bootstrap_perplexity(ref_nll, scored, seed=seed)
+    change = paired_bootstrap(ref_nll, nll, scored, seed=seed)
+    ids, where = heldout_ids(encode, decode_steps + 16)
+    r_mine, r_ref = rates(ids, ours), rates(ids, ref)
+    out = EvalResult(name, label, mlabel, tokens, chunk, ppl.value, ref_ppl.value, mine[-1].held_bytes,
+                     mine[-1].predicted_bytes, base[-1].held_bytes, _median(r_mine), _median(r_ref),
+                     (min(r_mine), max(r_mine)), text=where, windows=windows,
+                     perplexity_ci=ppl.pair(), reference_perplexity_ci=ref_ppl.pair(),
+                     perplexity_change=change.value, perplexity_change_ci=change.pair(),
+                     within_noise=change.covers_zero,
+                     held_equals_predicted=None if mine[-1].predicted_bytes is None else
+                     all(p.held_bytes == p.predicted_bytes for p in mine))
     if task:
-        from ..train.tasks import get_task
+        from ..train.tasks import get_task, render, score_predictions
         ss = get_task(task).samples(seed, samples, task_tokens or tokens)
-        out.task = task
-        out.accuracy = task_accuracy(model, ss, encode, kv, chunk)
-        out.reference_accuracy = task_accuracy(model, ss, encode, ref, chunk)
+        counts = {}
+        for f in (ours, ref):
+            right = total = 0
+            for s in ss:
+                ids_s, labels = render(s, encode)
+                r, n = score_predictions(run(ids_s[None], f).predictions, labels[None])
+                right, total = right + r, total + n
+            counts[f] = (right, total)
+        a, b = (accuracy_interval(*counts[f]) for f in (ours, ref))
+        out.task, out.samples, out.answers = task, samples, a.n
+        out.accuracy, out.accuracy_ci = a.value, a.pair()
+        out.reference_accuracy, out.reference_accuracy_ci = b.value, b.pair()
     return out
 
 

@@ -19,7 +19,8 @@ import torch
 from ..errors import ParameterError
 from ..models import DATA_DIR
 from ..nb.params import NotebookParams
-from .evaluate import PEERS, Pass, decode_rate, peer_cache, run_pass
+from .evaluate import (PEERS, Pass, decode_rate, is_v41, peer_cache, run_pass, stack_layout, stack_pass,
+                       text_windows)
 
 CHECKPOINTS = DATA_DIR / "checkpoints"  # the small trained models (kvlab.train; `make train` rebuilds them)
 COMPUTE_DTYPES = ("float32", "bfloat16")
@@ -133,55 +134,6 @@ def peer_settings(peers=("quanto4", "quanto2", "fp8")) -> list[Setting]:
         if p not in PEERS:
             raise ParameterError(f"unknown peer cache {p!r}; choose one of {', '.join(PEERS)}")
     return [Setting(f"QuantizedCache {p}", "peer", dict(peer=p)) for p in peers]
-
-
-def text_windows(encode, length: int, n: int, seed: int) -> torch.Tensor:
-    """`n` windows of `length` tokens of kvlab's held-out text at seeded offsets: ids [n, length]."""
-    from ..train.data import load_corpus
-    corpus = load_corpus()
-    g = torch.Generator().manual_seed(seed)
-    text = corpus.text("heldout")
-    out = []
-    for _ in range(n):
-        start = int(torch.randint(0, max(1, len(text) - 8 * length), (1,), generator=g))
-        ids = encode(text[start:start + 8 * length])
-        if len(ids) < length:
-            raise ParameterError(f"held-out text too short for windows of {length} tokens")
-        out.append(torch.tensor(ids[:length]))
-    return torch.stack(out)
-
-
-def is_v41(model) -> bool:
-    """kvlab's V4.1-like model (kvlab.train.v41): its cache is its own Stack's, not a transformers cache."""
-    return getattr(model.config, "model_type", None) == "kvlab_v41"
-
-
-def stack_layout(model, kv_format: str):
-    """kvlab.layout's layout of the V4.1-like checkpoint with every store (entries, index keys, window) in one
-    format: what `kvlab bytes PATH` lays out, and what its Stack holds."""
-    from ..layout import build_layout
-    return build_layout(model.config.spec(), kv_format=kv_format)
-
-
-def stack_pass(model, ids: torch.Tensor, formats: dict, chunk: int, stack=None) -> Pass:
-    """`run_pass` for the V4.1-like model: its trained weights in a kvlab.attention Stack whose packed stores
-    hold compressed entries, index keys and the window in `formats` (role -> format), fed in chunks. The
-    prediction is kvlab.layout's when every role takes one format."""
-    from ..train.v41 import to_stack
-    stack = stack or to_stack(model, formats)
-    stack.reset()
-    nll, preds = 0.0, []
-    with torch.no_grad():
-        for a in range(0, ids.shape[1], chunk):
-            logits = stack.forward(ids[:, a:a + chunk]).float()  # [1, c, V]
-            preds.append(logits.argmax(-1))
-            target = ids[:, a + 1:a + chunk + 1]
-            n = target.shape[1]
-            if n:
-                nll += float(torch.nn.functional.cross_entropy(logits[0, :n], target[0], reduction="sum"))
-    one = set(formats.values())
-    pred = stack_layout(model, one.pop()).session(ids.shape[1]).total if len(one) == 1 else None
-    return Pass(nll, ids.shape[1] - 1, torch.cat(preds, 1), stack.cache_bytes()["total"], pred)
 
 
 @dataclass

@@ -110,6 +110,17 @@ def paired_bootstrap(nll_ref, nll, tokens, resamples: int = 2000, seed: int = 0)
     return Interval(point, float(min(low, point)), float(max(high, point)), int(a.size))
 
 
+def bootstrap_perplexity(nll, tokens, resamples: int = 2000, seed: int = 0) -> Interval:
+    """Perplexity exp(sum NLL / sum tokens) over windows with its bootstrap 95% interval (windows resampled)."""
+    a, t = _check_windows("windows", nll, tokens)
+    need_int("resamples", resamples, 10)
+    need_int("seed", seed, 0)
+    idx = np.random.default_rng(seed).integers(0, a.size, size=(resamples, a.size))  # [R, n]
+    low, high = np.percentile(np.exp(a[idx].sum(1) / t[idx].sum(1)), [2.5, 97.5])
+    point = math.exp(a.sum() / t.sum())
+    return Interval(point, float(min(low, point)), float(max(high, point)), int(a.size))
+
+
 def perplexity_change(nll_ref, nll, tokens, resamples: int = 2000, seed: int = 0) -> PerplexityChange:
     """Both perplexities and the change between them with its paired bootstrap 95% interval."""
     a, t = _check_windows("reference", nll_ref, tokens)
