@@ -76,3 +76,21 @@ def test_paired_bootstrap_noise_covers_zero_and_is_seeded():
 def test_bad_inputs(call):
     with pytest.raises(KvlabError):
         call()
+
+
+def test_quality_rows_carry_their_intervals():
+    """kvlab.hf.quality's rows: Wilson on their answers, bootstrap on their windows, changes paired with bf16."""
+    from kvlab.hf.quality import Row, changes
+    base = dict(held_bytes=1, predicted_bytes=1, matches=True, bytes_per_token=None, model="m", kind="kvlab",
+                context=64, window_tokens=[63, 63, 63])
+    ref = Row(perplexity=0, accuracy=0.5, right=4, answers=8, window_nll=[100.0, 120.0, 90.0], setting="bf16",
+              **base)
+    worse = Row(perplexity=0, accuracy=0.25, right=2, answers=8, window_nll=[106.3, 126.3, 96.3], setting="int2",
+                **base)
+    assert ref.accuracy_ci == list(wilson(4, 8))
+    lo, hi = ref.perplexity_ci
+    assert lo < math.exp(310 / 189) < hi
+    ch = changes([ref, worse])
+    assert ch["m", "bf16", 64].change.pair() == [0.0, 0.0]
+    c = ch["m", "int2", 64]
+    assert c.change.value == pytest.approx(math.expm1(0.1), rel=1e-9) and not c.within_noise

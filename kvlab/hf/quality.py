@@ -146,9 +146,25 @@ class Measured:
     predicted_bytes: int | None  # kvlab's prediction after a window (None: a peer)
     matches: bool | None  # held == predicted after every window and sample (None: a peer)
     bytes_per_token: Fraction | None  # the layout's growth per token (None: a peer)
+    window_nll: list = field(default_factory=list)  # summed next-token NLL of each text window (nats)
+    window_tokens: list = field(default_factory=list)  # next tokens scored in each window
+    right: int = 0  # task answers right
+    answers: int = 0  # task answers scored (the accuracy's n)
+
+    @property
+    def accuracy_ci(self) -> list | None:
+        """[low, high]: the accuracy's Wilson 95% interval (None: no answers)."""
+        from ..stats import wilson
+        return list(wilson(self.right, self.answers)) if self.answers else None
+
+    @property
+    def perplexity_ci(self) -> list:
+        """[low, high]: the perplexity's bootstrap 95% interval over the windows (seeded)."""
+        from ..stats import bootstrap_perplexity
+        return bootstrap_perplexity(self.window_nll, self.window_tokens).pair()
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Row(Measured):
     """One (model, setting, context) measurement."""
 
@@ -181,9 +197,12 @@ def measure(model, setting: Setting, windows: torch.Tensor, samples, encode, chu
             return p
     nll = scored = 0
     held, pred = [], []
+    per_nll, per_tokens = [], []
     for w in windows:
         p = run(w[None])
         nll, scored = nll + p.nll, scored + p.scored
+        per_nll.append(p.nll)
+        per_tokens.append(p.scored)
         held.append(p.held_bytes)
         pred.append(p.predicted_bytes)
     right = total = 0
@@ -197,9 +216,10 @@ def measure(model, setting: Setting, windows: torch.Tensor, samples, encode, chu
     ppl = float(torch.tensor(nll / scored).exp())
     acc = right / total if total else None
     mean = round(sum(held) / len(held))
+    counts = dict(window_nll=per_nll, window_tokens=per_tokens, right=right, answers=total)
     if pred[0] is None:
-        return Measured(ppl, acc, mean, None, None, None)
-    return Measured(ppl, acc, mean, round(sum(pred) / len(pred)), matches, growth)
+        return Measured(ppl, acc, mean, None, None, None, **counts)
+    return Measured(ppl, acc, mean, round(sum(pred) / len(pred)), matches, growth, **counts)
 
 
 def applies(model, setting: Setting) -> bool:
@@ -243,6 +263,20 @@ def sweep(models: dict, settings: list[Setting], contexts: list[int], task: str 
                 bar.update()
     bar.close()
     return rows
+
+
+def changes(rows: list[Row], reference: str = "bf16", seed: int = 0) -> dict:
+    """(model, setting, context) -> PerplexityChange against the `reference` setting of the same model and context,
+    paired over the same windows (kvlab.stats.perplexity_change); rows without that reference are left out."""
+    from ..stats import perplexity_change
+    refs = {(r.model, r.context): r for r in rows if r.setting == reference}
+    out = {}
+    for r in rows:
+        ref = refs.get((r.model, r.context))
+        if ref is not None and r.window_tokens == ref.window_tokens and r.window_nll:
+            out[r.model, r.setting, r.context] = perplexity_change(ref.window_nll, r.window_nll, r.window_tokens,
+                                                                   seed=seed)
+    return out
 
 
 def frontier(rows: list[Row]) -> list[Row]:
