@@ -26,9 +26,9 @@ import torch
 from kvlab import compare
 from kvlab.cli import main
 from kvlab.engines import Engine, allocate, paged
-from kvlab.errors import (ConfigError, KvlabError, ParameterError, RangeWarning, UnknownFormatError,
-                          WrongTypeError)
-from kvlab.formats import dtype_format, get_format
+from kvlab.errors import (ConfigError, KvlabError, ParameterError, RangeWarning, ShapeError,
+                          UnknownFormatError, WrongTypeError)
+from kvlab.formats import FORMATS, dtype_format, get_format
 from kvlab.layout import build_layout
 from kvlab.models import read_config, spec_from_config
 from kvlab.nb import runner
@@ -533,12 +533,12 @@ WRONG_KIND = [
     ("dequantize to an integer dtype", lambda: _qt().dequantize(torch.int32), ParameterError,
      ["dtype", "torch.int32", "floating"]),
     ("dequantize to a number", lambda: _qt().dequantize(3), WrongTypeError, ["dtype", "int 3"]),
-    ("truncated codes", _replace_qt(codes=torch.zeros(4, 5, dtype=torch.uint8)), ParameterError,
-     ["codes", "(4, 5)", "(4, 32)"]),
-    ("truncated scales", _replace_qt(scales=torch.zeros(4, 1, dtype=torch.uint8)), ParameterError,
-     ["scales", "(4, 1)", "(4, 4)"]),
+    ("truncated codes", _replace_qt(codes=torch.zeros(4, 5, dtype=torch.uint8)), ShapeError,
+     ["codes holds 20 bytes [4, 5]", "shape [4, 64] in nvfp4 needs 128 [4, 32]"]),
+    ("truncated scales", _replace_qt(scales=torch.zeros(4, 1, dtype=torch.uint8)), ShapeError,
+     ["scales holds 4 bytes [4, 1]", "needs 16 [4, 4]"]),
     ("float codes", _replace_qt(codes=torch.zeros(4, 32)), WrongTypeError, ["codes", "uint8", "float32"]),
-    ("truncated integer codes", _replace_qt(_int=True, codes=torch.zeros(4, 3, dtype=torch.uint8)), ParameterError,
+    ("truncated integer codes", _replace_qt(_int=True, codes=torch.zeros(4, 3, dtype=torch.uint8)), ShapeError,
      ["codes", "int4"]),
     ("a global scale on single-level NVFP4", _replace_qt(global_scale=torch.zeros(4, dtype=torch.uint8)),
      ParameterError, ["global_scale", "None"]),
@@ -574,6 +574,84 @@ def test_wrong_type_is_a_type_error_too():
     with pytest.raises(TypeError):
         quantize([1.0], "nvfp4")
     assert issubclass(WrongTypeError, ParameterError) and issubclass(WrongTypeError, TypeError)
+
+
+def _quantized(fmt: str, axis: str):
+    """A seeded QuantizedTensor of `fmt` (integer keys per channel: 32 tokens of 16 channels, two heads)."""
+    x = torch.randn((2, 32, 16) if axis == "channel" else (2, 128), generator=torch.Generator().manual_seed(0))
+    return quantize(x, fmt, axis=axis)
+
+
+def _cut(t):
+    return t[..., :-1]
+
+
+def _grow(t):
+    return torch.cat([t, torch.zeros((*t.shape[:-1], 1), dtype=t.dtype, device=t.device)], -1)
+
+
+def _part_cases():
+    """(format, axis, part, edit) for every format the quantizers support: codes and scales truncated and
+    extended, the two-level NVFP4 global scale too (an unscaled format's empty scales can only grow)."""
+    out = []
+    for name, f in FORMATS.items():
+        for axis in ("token", "channel") if f.element.kind == "int" else ("token",):
+            parts = ["codes", "scales"] + (["global_scale"] if f.tensor_scale else [])
+            for part in parts:
+                for edit in ("truncated", "extended"):
+                    if not (part == "scales" and f.scope == "none" and edit == "truncated"):
+                        out.append((name, axis, part, edit))
+    return out
+
+
+PART_CASES = _part_cases()
+
+
+@pytest.mark.parametrize("when", ["construction", "decode"])
+@pytest.mark.parametrize("fmt,axis,part,edit", PART_CASES, ids=["-".join(c) for c in PART_CASES])
+def test_quantized_tensor_parts_must_fit_its_shape(fmt, axis, part, edit, when):
+    """Codes or scales that no longer match the shape (truncated, extended, replaced after construction) are
+    refused naming the part, its bytes and the bytes the formats table says the shape needs, never a torch
+    reshape error at dequantize."""
+    q = _quantized(fmt, axis)
+    good = getattr(q, part)
+    bad = (_cut if edit == "truncated" else _grow)(good)
+    words = [f"QuantizedTensor.{part} holds {bad.numel():,} bytes", f"shape {list(q.shape)} in {fmt}",
+             f"needs {good.numel():,} {list(good.shape)}"]
+    if when == "construction":
+        import dataclasses
+        _raises(lambda: dataclasses.replace(q, **{part: bad}), ShapeError, words)
+    else:
+        setattr(q, part, bad)  # the dataclass is not frozen: an edit after construction is checked at decode
+        _raises(q.dequantize, ShapeError, words)
+        _raises(q.element_scale, ShapeError, words)
+
+
+SCALED = [n for n, f in FORMATS.items() if f.scope != "none"]
+
+
+@pytest.mark.parametrize("fmt", SCALED)
+def test_quantized_tensor_scales_must_stay_bytes(fmt):
+    """Scales decoded to floats (or any non-uint8 tensor) where the packed bytes belong, caught at decode."""
+    q = _quantized(fmt, "token")
+    q.scales = q.scales.float()
+    _raises(q.dequantize, WrongTypeError, ["QuantizedTensor.scales", "uint8", "torch.float32"])
+
+
+def test_quantized_tensor_checks_arrays_resized_in_place_and_a_dropped_global_scale():
+    q = _quantized("nvfp4", "token")
+    q.codes = q.codes.clone()
+    q.codes.resize_(2, 60)  # the array itself, mutated after construction
+    _raises(q.dequantize, ShapeError, ["codes holds 120 bytes [2, 60]", "shape [2, 128] in nvfp4 needs 128 [2, 64]"])
+    q = _quantized("nvfp4_2level", "token")
+    q.global_scale = None
+    _raises(q.dequantize, ParameterError, ["nvfp4_2level needs a global_scale", "uint8 [4]"])
+
+
+def test_quantized_tensor_of_no_whole_token_group_decodes_empty():
+    """Integer keys per channel over 0 tokens: empty codes and scales of the shape the check expects."""
+    q = quantize(torch.zeros(2, 0, 16), "int4", axis="channel")
+    assert q.dequantize().shape == (2, 0, 16) and q.nbytes == 0
 
 
 # --- 6. silent numeric surprises ------------------------------------------------------------------------------

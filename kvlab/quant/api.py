@@ -258,6 +258,8 @@ def _empty(x: torch.Tensor, fmt: Format, qt: dict) -> QuantizedTensor:
     codes = torch.zeros((*lead, fmt.data_bytes(d)), dtype=torch.uint8, device=x.device)
     if fmt.scope == "tensor":
         scales = _f32_bytes(torch.ones((), device=x.device))
+    elif qt["axis"] == "channel":  # no whole group of tokens: [*, 0, D x one group's scale bytes]
+        scales = torch.zeros((*lead[:-1], 0, d * fmt.scale_bytes(fmt.block)), dtype=torch.uint8, device=x.device)
     else:
         scales = torch.zeros((*lead, fmt.scale_bytes(d)), dtype=torch.uint8, device=x.device)
     gs = _f32_bytes(torch.ones((), device=x.device)) if fmt.tensor_scale is not None else None
