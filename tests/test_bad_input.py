@@ -26,8 +26,8 @@ import torch
 from kvlab import compare
 from kvlab.cli import main
 from kvlab.engines import Engine, allocate, paged
-from kvlab.errors import (ConfigError, KvlabError, ParameterError, RangeWarning, ShapeError,
-                          UnknownFormatError, WrongTypeError)
+from kvlab.errors import (ConfigError, KvlabError, ParameterError, ShapeError, UnknownFormatError,
+                          WrongTypeError)
 from kvlab.formats import FORMATS, dtype_format, get_format
 from kvlab.layout import build_layout
 from kvlab.models import read_config, spec_from_config
@@ -675,6 +675,10 @@ NUMERIC_REFUSED = [
     ("FP8 with FP16 block scales beyond their range", lambda: quantize(_big((1, 128), top=1e9), "fp8_e4m3_b128_fp16"),
      ["scale", "fp16", "fp8_e4m3_b128_fp32"]),
     ("NaN in integer groups", lambda: quantize(torch.tensor([[math.nan] * 32]), "int4"), ["finite", "NaN"]),
+    ("NVFP4 single level beyond 2,688", lambda: quantize(_big(top=1e4), "nvfp4"),
+     ["|x| = 1e+04", "beyond the 2,688", "clipped", "nvfp4_2level", "nvfp4_b16_fp32"]),
+    ("NVFP4 with E4M3 scales per 32 beyond 2,688", lambda: quantize(_big(top=-3e3), "nvfp4_b32"),
+     ["|x| = 3000", "nvfp4_b32", "nvfp4_2level_b32", "nvfp4_b32_fp32"]),
 ]
 
 
@@ -684,15 +688,21 @@ def test_values_a_format_cannot_hold_are_refused(desc, fn, words):
 
 
 @pytest.mark.parametrize("recipe", ["torchao", "modelopt", "te"])
-def test_nvfp4_single_level_clipping_warns_and_two_level_fits(recipe):
-    x = _big((2, 16), top=3e5)
-    with pytest.warns(RangeWarning, match=r"beyond the 2,688 that nvfp4 keeps.*nvfp4_2level"):
-        lossy = quantize(x, "nvfp4", recipe=recipe).dequantize()
-    assert float((lossy[0, 0] - x[0, 0]).abs() / x[0, 0]) > 0.99  # clipped to 2,688: what the warning says
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RangeWarning)
-        fit = quantize(x, "nvfp4_2level", recipe=recipe).dequantize()
-    assert float((fit[0, 0] - x[0, 0]).abs() / x[0, 0]) < 0.25  # the suggested format keeps the outlier
+def test_nvfp4_single_level_beyond_its_range_is_refused_and_the_suggested_formats_fit(recipe):
+    """Single-level NVFP4 holds |x| <= 6 x 448 = 2,688; torchao would dequantize 10,000 to 2,688 (a 73% loss)
+    without a word: kvlab refuses, naming the largest |x|, the range and the formats that hold it."""
+    x = _big((2, 16), top=1e4)
+    _raises(lambda: quantize(x, "nvfp4", recipe=recipe), QuantizeError,
+            ["1 of 2 blocks", "|x| = 1e+04", "2,688 (6 x 448)", "nvfp4_2level", "nvfp4_b16_fp32"])
+    for fmt, kw in (("nvfp4_2level", dict(recipe=recipe)), ("nvfp4_b16_fp32", {})):
+        fit = quantize(x, fmt, **kw).dequantize()
+        assert float((fit[0, 0] - x[0, 0]).abs() / x[0, 0]) < 0.25, fmt  # the suggested format keeps the outlier
+
+
+def test_nvfp4_single_level_keeps_its_whole_range():
+    x = torch.zeros(2, 16)
+    x[0, 0], x[1, 3] = 2688.0, -2688.0  # the edge itself is held exactly
+    assert torch.equal(quantize(x, "nvfp4").dequantize(), x)
 
 
 @pytest.mark.parametrize("fmt", ["int4_g32_fp32", "int4_g32_bf16"])
@@ -981,6 +991,9 @@ CACHE = [
     ("FP16 cache values beyond its range", _inputs(lambda x: x * 1e6, cache=KVCache.for_model("qwen3-8b",
                                                                                               kv_format="fp16")),
      QuantizeError, ["fp16", "65,504", "bf16"]),
+    ("NVFP4 cache values beyond 2,688", _inputs(lambda x: x * 1e4, cache=KVCache.for_model("qwen3-8b",
+                                                                                           kv_format="nvfp4")),
+     QuantizeError, ["nvfp4", "2,688", "nvfp4_2level"]),
     ("a store given a list", lambda: vector_store(8).append([[1.0] * 8]), WrongTypeError, ["values", "list"]),
     ("a store given complex values", lambda: vector_store(8).append(torch.ones(1, 1, 8, dtype=torch.complex64)),
      WrongTypeError, ["complex", "imaginary"]),
