@@ -198,7 +198,7 @@ def decode_rate(model, make: Callable[[], object], ids: torch.Tensor, prompt: in
                 repeats: int = 3) -> list[float]:
     """Decode tokens/s of each repeat: prefill ids[:, :prompt], then `steps` one-token steps teacher forced on
     ids (so every cache does the same work)."""
-    need_int("steps", steps, 1)
+    prompt, steps, repeats = need_int("prompt", prompt, 1), need_int("steps", steps, 1), need_int("repeats", repeats, 1)
     if ids.shape[1] < prompt + steps:
         raise ParameterError(f"decode timing needs {prompt + steps} tokens of text, got {ids.shape[1]}")
     rates = []
@@ -274,6 +274,8 @@ def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: 
     for k, v, lo in (("tokens", tokens, 2), ("samples", samples, 1), ("chunk", chunk, 1),
                      ("decode_steps", decode_steps, 1), ("repeats", repeats, 1)):
         need_int(k, v, lo)
+    if task_tokens is not None:
+        need_int("task_tokens", task_tokens, 1)
     if task is not None:
         from ..train.tasks import get_task
         get_task(task)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..checks import need_choice
+from ..checks import need_choice, need_int
 from .data import VOCAB
 
 
@@ -78,6 +78,7 @@ def mla_config(size: str | Size = "tiny", vocab: int = VOCAB):
 def make_config(arch: str, size: str | Size = "tiny", vocab: int = VOCAB):
     """The transformers config of an architecture at a size preset."""
     need_choice("arch", arch, ARCHS)
+    need_int("vocab", vocab, 1)
     if arch == "dense":
         return dense_config(size, vocab)
     if arch == "mla":
