@@ -3,7 +3,8 @@
 
 Each check takes the name of the argument and the exception class to raise (a `KvlabError` subclass, so
 the CLI turns it into one line and exit code 2), and its message names the argument, the value and what is
-allowed. Integral numpy / torch scalars count as integers; bools never do; NaN is never a number here.
+allowed. Integral numpy / torch scalars count as integers; floats (even 2.0) and bools never do; NaN is never a
+number here.
 """
 from __future__ import annotations
 
@@ -22,11 +23,11 @@ def cdiv(a: int, b: int) -> int:
 
 def need_int(name: str, value, minimum: int | None = 0, maximum: int | None = None,
              error: type[KvlabError] = ParameterError) -> int:
-    """`value` as an int in [minimum, maximum] (None: unbounded); integral floats such as 1e6 are accepted."""
-    if isinstance(value, bool):
+    """`value` as an int in [minimum, maximum] (None: unbounded). Floats are refused, integral ones too: a count
+    given as 2.0 or 1e6 comes from arithmetic that should have stayed integral (or a typo), and accepting it would
+    let a float flow on where Python code expects an int."""
+    if isinstance(value, (bool, float)):  # numpy float64 is a float; other float scalars fail operator.index
         raise _type_error(error)(f"{name} must be an integer, got {value!r}")
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
     try:
         value = operator.index(value)
     except TypeError:

@@ -26,11 +26,6 @@ class WrongTypeError(ParameterError, TypeError):
     too, so `except TypeError` still catches it."""
 
 
-class RangeWarning(UserWarning):
-    """Values beyond what a number format represents, kept (saturated) as the reference implementation does; the
-    message names how much was clipped and the format that fits."""
-
-
 class ShapeError(KvlabError):
     """Tensors whose shapes do not fit together, or do not fit the cache they are written to."""
 

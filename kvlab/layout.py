@@ -379,7 +379,7 @@ class Layout:
 
 
 def check_tokens(tokens) -> int:
-    """A token count: an integer >= 0 (numpy integers and integral floats accepted)."""
+    """A token count: an integer >= 0 (numpy integers accepted, floats refused)."""
     return need_int("tokens", tokens, 0)
 
 

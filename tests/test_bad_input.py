@@ -26,9 +26,9 @@ import torch
 from kvlab.report import compare
 from kvlab.cli import main
 from kvlab.engines import Engine, allocate, paged
-from kvlab.errors import (ConfigError, KvlabError, ParameterError, RangeWarning, UnknownFormatError,
+from kvlab.errors import (ConfigError, KvlabError, ParameterError, ShapeError, UnknownFormatError,
                           WrongTypeError)
-from kvlab.formats import dtype_format, get_format
+from kvlab.formats import FORMATS, dtype_format, get_format
 from kvlab.layout import build_layout
 from kvlab.models import read_config, spec_from_config
 from kvlab.nb import runner
@@ -533,12 +533,12 @@ WRONG_KIND = [
     ("dequantize to an integer dtype", lambda: _qt().dequantize(torch.int32), ParameterError,
      ["dtype", "torch.int32", "floating"]),
     ("dequantize to a number", lambda: _qt().dequantize(3), WrongTypeError, ["dtype", "int 3"]),
-    ("truncated codes", _replace_qt(codes=torch.zeros(4, 5, dtype=torch.uint8)), ParameterError,
-     ["codes", "(4, 5)", "(4, 32)"]),
-    ("truncated scales", _replace_qt(scales=torch.zeros(4, 1, dtype=torch.uint8)), ParameterError,
-     ["scales", "(4, 1)", "(4, 4)"]),
+    ("truncated codes", _replace_qt(codes=torch.zeros(4, 5, dtype=torch.uint8)), ShapeError,
+     ["codes holds 20 bytes [4, 5]", "shape [4, 64] in nvfp4 needs 128 [4, 32]"]),
+    ("truncated scales", _replace_qt(scales=torch.zeros(4, 1, dtype=torch.uint8)), ShapeError,
+     ["scales holds 4 bytes [4, 1]", "needs 16 [4, 4]"]),
     ("float codes", _replace_qt(codes=torch.zeros(4, 32)), WrongTypeError, ["codes", "uint8", "float32"]),
-    ("truncated integer codes", _replace_qt(_int=True, codes=torch.zeros(4, 3, dtype=torch.uint8)), ParameterError,
+    ("truncated integer codes", _replace_qt(_int=True, codes=torch.zeros(4, 3, dtype=torch.uint8)), ShapeError,
      ["codes", "int4"]),
     ("a global scale on single-level NVFP4", _replace_qt(global_scale=torch.zeros(4, dtype=torch.uint8)),
      ParameterError, ["global_scale", "None"]),
@@ -576,6 +576,84 @@ def test_wrong_type_is_a_type_error_too():
     assert issubclass(WrongTypeError, ParameterError) and issubclass(WrongTypeError, TypeError)
 
 
+def _quantized(fmt: str, axis: str):
+    """A seeded QuantizedTensor of `fmt` (integer keys per channel: 32 tokens of 16 channels, two heads)."""
+    x = torch.randn((2, 32, 16) if axis == "channel" else (2, 128), generator=torch.Generator().manual_seed(0))
+    return quantize(x, fmt, axis=axis)
+
+
+def _cut(t):
+    return t[..., :-1]
+
+
+def _grow(t):
+    return torch.cat([t, torch.zeros((*t.shape[:-1], 1), dtype=t.dtype, device=t.device)], -1)
+
+
+def _part_cases():
+    """(format, axis, part, edit) for every format the quantizers support: codes and scales truncated and
+    extended, the two-level NVFP4 global scale too (an unscaled format's empty scales can only grow)."""
+    out = []
+    for name, f in FORMATS.items():
+        for axis in ("token", "channel") if f.element.kind == "int" else ("token",):
+            parts = ["codes", "scales"] + (["global_scale"] if f.tensor_scale else [])
+            for part in parts:
+                for edit in ("truncated", "extended"):
+                    if not (part == "scales" and f.scope == "none" and edit == "truncated"):
+                        out.append((name, axis, part, edit))
+    return out
+
+
+PART_CASES = _part_cases()
+
+
+@pytest.mark.parametrize("when", ["construction", "decode"])
+@pytest.mark.parametrize("fmt,axis,part,edit", PART_CASES, ids=["-".join(c) for c in PART_CASES])
+def test_quantized_tensor_parts_must_fit_its_shape(fmt, axis, part, edit, when):
+    """Codes or scales that no longer match the shape (truncated, extended, replaced after construction) are
+    refused naming the part, its bytes and the bytes the formats table says the shape needs, never a torch
+    reshape error at dequantize."""
+    q = _quantized(fmt, axis)
+    good = getattr(q, part)
+    bad = (_cut if edit == "truncated" else _grow)(good)
+    words = [f"QuantizedTensor.{part} holds {bad.numel():,} bytes", f"shape {list(q.shape)} in {fmt}",
+             f"needs {good.numel():,} {list(good.shape)}"]
+    if when == "construction":
+        import dataclasses
+        _raises(lambda: dataclasses.replace(q, **{part: bad}), ShapeError, words)
+    else:
+        setattr(q, part, bad)  # the dataclass is not frozen: an edit after construction is checked at decode
+        _raises(q.dequantize, ShapeError, words)
+        _raises(q.element_scale, ShapeError, words)
+
+
+SCALED = [n for n, f in FORMATS.items() if f.scope != "none"]
+
+
+@pytest.mark.parametrize("fmt", SCALED)
+def test_quantized_tensor_scales_must_stay_bytes(fmt):
+    """Scales decoded to floats (or any non-uint8 tensor) where the packed bytes belong, caught at decode."""
+    q = _quantized(fmt, "token")
+    q.scales = q.scales.float()
+    _raises(q.dequantize, WrongTypeError, ["QuantizedTensor.scales", "uint8", "torch.float32"])
+
+
+def test_quantized_tensor_checks_arrays_resized_in_place_and_a_dropped_global_scale():
+    q = _quantized("nvfp4", "token")
+    q.codes = q.codes.clone()
+    q.codes.resize_(2, 60)  # the array itself, mutated after construction
+    _raises(q.dequantize, ShapeError, ["codes holds 120 bytes [2, 60]", "shape [2, 128] in nvfp4 needs 128 [2, 64]"])
+    q = _quantized("nvfp4_2level", "token")
+    q.global_scale = None
+    _raises(q.dequantize, ParameterError, ["nvfp4_2level needs a global_scale", "uint8 [4]"])
+
+
+def test_quantized_tensor_of_no_whole_token_group_decodes_empty():
+    """Integer keys per channel over 0 tokens: empty codes and scales of the shape the check expects."""
+    q = quantize(torch.zeros(2, 0, 16), "int4", axis="channel")
+    assert q.dequantize().shape == (2, 0, 16) and q.nbytes == 0
+
+
 # --- 6. silent numeric surprises ------------------------------------------------------------------------------
 def _big(shape=(2, 32), top=3e5, seed=2):
     x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
@@ -597,6 +675,10 @@ NUMERIC_REFUSED = [
     ("FP8 with FP16 block scales beyond their range", lambda: quantize(_big((1, 128), top=1e9), "fp8_e4m3_b128_fp16"),
      ["scale", "fp16", "fp8_e4m3_b128_fp32"]),
     ("NaN in integer groups", lambda: quantize(torch.tensor([[math.nan] * 32]), "int4"), ["finite", "NaN"]),
+    ("NVFP4 single level beyond 2,688", lambda: quantize(_big(top=1e4), "nvfp4"),
+     ["|x| = 1e+04", "beyond the 2,688", "clipped", "nvfp4_2level", "nvfp4_b16_fp32"]),
+    ("NVFP4 with E4M3 scales per 32 beyond 2,688", lambda: quantize(_big(top=-3e3), "nvfp4_b32"),
+     ["|x| = 3000", "nvfp4_b32", "nvfp4_2level_b32", "nvfp4_b32_fp32"]),
 ]
 
 
@@ -606,15 +688,21 @@ def test_values_a_format_cannot_hold_are_refused(desc, fn, words):
 
 
 @pytest.mark.parametrize("recipe", ["torchao", "modelopt", "te"])
-def test_nvfp4_single_level_clipping_warns_and_two_level_fits(recipe):
-    x = _big((2, 16), top=3e5)
-    with pytest.warns(RangeWarning, match=r"beyond the 2,688 that nvfp4 keeps.*nvfp4_2level"):
-        lossy = quantize(x, "nvfp4", recipe=recipe).dequantize()
-    assert float((lossy[0, 0] - x[0, 0]).abs() / x[0, 0]) > 0.99  # clipped to 2,688: what the warning says
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RangeWarning)
-        fit = quantize(x, "nvfp4_2level", recipe=recipe).dequantize()
-    assert float((fit[0, 0] - x[0, 0]).abs() / x[0, 0]) < 0.25  # the suggested format keeps the outlier
+def test_nvfp4_single_level_beyond_its_range_is_refused_and_the_suggested_formats_fit(recipe):
+    """Single-level NVFP4 holds |x| <= 6 x 448 = 2,688; torchao would dequantize 10,000 to 2,688 (a 73% loss)
+    without a word: kvlab refuses, naming the largest |x|, the range and the formats that hold it."""
+    x = _big((2, 16), top=1e4)
+    _raises(lambda: quantize(x, "nvfp4", recipe=recipe), QuantizeError,
+            ["1 of 2 blocks", "|x| = 1e+04", "2,688 (6 x 448)", "nvfp4_2level", "nvfp4_b16_fp32"])
+    for fmt, kw in (("nvfp4_2level", dict(recipe=recipe)), ("nvfp4_b16_fp32", {})):
+        fit = quantize(x, fmt, **kw).dequantize()
+        assert float((fit[0, 0] - x[0, 0]).abs() / x[0, 0]) < 0.25, fmt  # the suggested format keeps the outlier
+
+
+def test_nvfp4_single_level_keeps_its_whole_range():
+    x = torch.zeros(2, 16)
+    x[0, 0], x[1, 3] = 2688.0, -2688.0  # the edge itself is held exactly
+    assert torch.equal(quantize(x, "nvfp4").dequantize(), x)
 
 
 @pytest.mark.parametrize("fmt", ["int4_g32_fp32", "int4_g32_bf16"])
@@ -903,6 +991,9 @@ CACHE = [
     ("FP16 cache values beyond its range", _inputs(lambda x: x * 1e6, cache=KVCache.for_model("qwen3-8b",
                                                                                               kv_format="fp16")),
      QuantizeError, ["fp16", "65,504", "bf16"]),
+    ("NVFP4 cache values beyond 2,688", _inputs(lambda x: x * 1e4, cache=KVCache.for_model("qwen3-8b",
+                                                                                           kv_format="nvfp4")),
+     QuantizeError, ["nvfp4", "2,688", "nvfp4_2level"]),
     ("a store given a list", lambda: vector_store(8).append([[1.0] * 8]), WrongTypeError, ["values", "list"]),
     ("a store given complex values", lambda: vector_store(8).append(torch.ones(1, 1, 8, dtype=torch.complex64)),
      WrongTypeError, ["complex", "imaginary"]),
@@ -1066,3 +1157,170 @@ def test_a_sink_lets_a_query_see_no_key(one_thread):
     mask[0] = False
     out = A.dense_attention(Q, K, V, mask=mask, sinks=torch.zeros(8))
     assert torch.isfinite(out).all() and float(out[0, :, 0].abs().max()) == 0.0
+
+
+# --- 10. counts given as floats or bools -------------------------------------------------------------------------
+from kvlab.attention import evaluate as attn_eval, stack as attn_stack  # noqa: E402
+from kvlab.hf import evaluate as hf_eval, make_cache, quality as hf_quality  # noqa: E402
+from kvlab.serving import budget, checklist, parallel  # noqa: E402
+from kvlab.sim import analyze as sim_analyze, curves, tiering, traces  # noqa: E402
+from kvlab.train import data as train_data, loop as train_loop, models as train_models, tasks  # noqa: E402
+
+
+def _hf_config():
+    from transformers import AutoConfig
+    return AutoConfig.for_model("llama", vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, head_dim=32)
+
+
+S2 = torch.randn(2, 8, generator=torch.Generator().manual_seed(0))
+X4 = torch.randn(1, 2, 8, 8, generator=torch.Generator().manual_seed(0))
+KV64 = torch.randn(64, 32, generator=torch.Generator().manual_seed(0))
+TIER_RATES = (1e9, 1e9, 1e9)
+# (entry point, the name its message gives the count, call with the count replaced by v)
+COUNTS = [
+    ("select_topk", "top-k", lambda v: A.select_topk(S2, v)),
+    ("candidate_pool blocks", "candidate blocks", lambda v: A.candidate_pool(S2, v, 2)),
+    ("candidate_pool block_size", "candidate block size", lambda v: A.candidate_pool(S2, 2, v)),
+    ("pool_keys", "compression ratio m", lambda v: A.pool_keys(X4, v)),
+    ("gated_pool", "compression ratio m", lambda v: A.gated_pool(X4[0], torch.zeros_like(X4[0]), v, False)),
+    ("Compressor.random ratio", "compression ratio m", lambda v: A.Compressor.random(16, 8, v, False)),
+    ("Compressor.random hidden", "hidden", lambda v: A.Compressor.random(v, 8, 2, False)),
+    ("Compressor.random dim", "dim", lambda v: A.Compressor.random(16, v, 2, False)),
+    ("Compressor.random rope_dim", "rope_dim", lambda v: A.Compressor.random(16, 8, 2, False, rope_dim=v)),
+    ("window_attention window", "window", lambda v: A.window_attention(X4, X4, X4, v)),
+    ("window_attention sink_tokens", "sink_tokens", lambda v: A.window_attention(X4, X4, X4, 4, v)),
+    ("window_positions", "tokens", lambda v: window_positions(v, 4)),
+    ("WindowState", "window", lambda v: WindowState(v, 1.0)),
+    ("causal_mask queries", "s (queries)", lambda v: A.causal_mask(v, 8)),
+    ("causal_mask window", "window", lambda v: A.causal_mask(4, 8, window=v)),
+    ("causal_mask sink_tokens", "sink_tokens", lambda v: A.causal_mask(4, 8, 2, v)),
+    ("recall_at_k", "k", lambda v: A.recall_at_k(torch.tensor([[0, 1]]), torch.rand(1, 5), v)),
+    ("scaled_plan", "layers", lambda v: A.scaled_plan("deepseek-v4.1-flash", v)),
+    ("MLAWeights.random heads", "heads", lambda v: A.MLAWeights.random(v, 8, 4, 2, 4)),
+    ("MLAWeights.random rank", "rank", lambda v: A.MLAWeights.random(2, v, 4, 2, 4)),
+    ("MLAWeights.random d_nope", "d_nope", lambda v: A.MLAWeights.random(2, 8, v, 2, 4)),
+    ("MLAWeights.random d_rope", "d_rope", lambda v: A.MLAWeights.random(2, 8, 4, v, 4)),
+    ("MLAWeights.random d_v", "d_v", lambda v: A.MLAWeights.random(2, 8, 4, 2, v)),
+    ("apply_rope", "rope_dim", lambda v: attn_rope.apply_rope(X4, torch.arange(8), v)),
+    ("rope_angles", "rope_dim", lambda v: attn_rope.rope_angles(torch.arange(8), v, 1e4)),
+    ("EvalSetup topk", "topk", lambda v: attn_eval.EvalSetup(topk=v)),
+    ("EvalSetup hot", "hot", lambda v: attn_eval.EvalSetup(hot=v)),
+    ("EvalSetup sink_tokens", "sink_tokens", lambda v: attn_eval.EvalSetup(sink_tokens=v)),
+    ("problem", "tokens", lambda v: attn_eval.problem(attn_eval.EvalSetup(), v)),
+    ("run_mla rank", "rank", lambda v: attn_eval.run_mla(attn_eval.EvalSetup(), 64, rank=v)),
+    ("run_mla d_rope", "d_rope", lambda v: attn_eval.run_mla(attn_eval.EvalSetup(), 64, d_rope=v)),
+    ("accuracy_table", "tokens", lambda v: accuracy_table(["dense"], ["bf16"], v)),
+    ("StackConfig window", "window", lambda v: A.StackConfig(window=v)),
+    ("StackConfig rope_dim", "rope_dim", lambda v: A.StackConfig(rope_dim=v)),
+    ("StackConfig candidate_blocks", "candidate_blocks", lambda v: A.StackConfig(candidate_blocks=v)),
+    ("StackConfig index_topk", "index_topk", lambda v: A.StackConfig(index_topk=v)),
+    ("StackConfig layers", "layers", lambda v: A.StackConfig(layers=v)),
+    ("compare_decoding prompt", "prompt", lambda v: attn_stack.compare_decoding(A.StackConfig(), v, 1)),
+    ("compare_decoding steps", "steps", lambda v: attn_stack.compare_decoding(A.StackConfig(), 8, v)),
+    ("replay_experiment", "prompt", lambda v: attn_stack.replay_experiment(A.StackConfig(), v, 1.0, 2.0)),
+    ("decode_flops", "tokens", lambda v: attn_flops.decode_flops("deepseek-v4.1-flash", v)),
+    ("FLOPs growth lo", "lo", lambda v: attn_flops.growth("deepseek-v4.1-flash", lo=v)),
+    ("FLOPs growth hi", "hi", lambda v: attn_flops.growth("deepseek-v4.1-flash", hi=v)),
+    ("kivi_quantize bits", "kivi_quantize: bits", lambda v: kivi_quantize(KV64, KV64, bits=v)),
+    ("kivi_quantize group", "kivi_quantize: group", lambda v: kivi_quantize(KV64, KV64, group=v)),
+    ("kivi_quantize residual", "kivi_quantize: residual", lambda v: kivi_quantize(KV64, KV64, residual=v)),
+    ("KVCache.append_random", "n", lambda v: KVCache("qwen3-8b").append_random(v)),
+    ("KVCache.fill tokens", "tokens", lambda v: KVCache("qwen3-8b").fill(v)),
+    ("KVCache.fill pool", "pool", lambda v: KVCache("qwen3-8b").fill(4, pool=v)),
+    ("KVCache.input_shapes", "layer", lambda v: KVCache("qwen3-8b").input_shapes(v)),
+    ("KVCache.read", "layer", lambda v: _filled(1).read(v, "k")),
+    ("vector_store width", "width", lambda v: vector_store(v)),
+    ("vector_store window", "window", lambda v: vector_store(8, window=v)),
+    ("vector_store copies", "copies", lambda v: vector_store(8, copies=v)),
+    ("measure_cache", "tokens", lambda v: measure_cache("qwen3-8b", v, device="cpu", profile=False)),
+    ("make_cache residual", "residual", lambda v: make_cache(_hf_config(), "int4", residual=v)),
+    ("make_cache block", "block", lambda v: make_cache(_hf_config(), "int4", residual=4, block=v)),
+    ("hf evaluate task_tokens", "task_tokens", lambda v: hf_eval.evaluate("qwen3-tiny", task_tokens=v)),
+    ("hf evaluate chunk", "chunk", lambda v: hf_eval.evaluate("qwen3-tiny", chunk=v)),
+    ("hf decode_rate prompt", "prompt", lambda v: hf_eval.decode_rate(None, None, torch.zeros(1, 8), v, 1)),
+    ("hf decode_rate repeats", "repeats", lambda v: hf_eval.decode_rate(None, None, torch.zeros(1, 8), 2, 1, v)),
+    ("hf text_windows", "n", lambda v: hf_quality.text_windows(None, 8, v, 0)),
+    ("hf sweep contexts", "contexts", lambda v: hf_quality.sweep({}, [], [v], None, 1, 1, 1)),
+    ("hf sweep chunk", "chunk", lambda v: hf_quality.sweep({}, [], [16], None, 1, 1, v)),
+    ("hf decode_speeds", "rounds", lambda v: hf_quality.decode_speeds(None, [], None, 1, 1, v)),
+    ("build_layout residual", "residual", lambda v: build_layout("qwen3-8b", residual=v)),
+    ("build_layout block", "block", lambda v: build_layout("qwen3-8b", residual=4, block=v)),
+    ("Layout.session tokens", "tokens", lambda v: build_layout("qwen3-8b").session(v)),
+    ("Layout.session batch", "batch", lambda v: build_layout("qwen3-8b").session(8, batch=v)),
+    ("Shard", "tp", lambda v: Shard(tp=v)),
+    ("allocate", "page_size", lambda v: allocate("qwen3-8b", engine="sglang", page_size=v)),
+    ("Allocation.session", "tokens", lambda v: allocate("qwen3-8b").session(v)),
+    ("paged", "block_tokens", lambda v: paged(v)),
+    ("plan context_tokens", "context_tokens", lambda v: capacity.plan("qwen3-8b", "H100", v)),
+    ("plan weight_shards", "weight_shards", lambda v: capacity.plan("qwen3-8b", "H100", 1000, weight_shards=v)),
+    ("plan weights", "weights", lambda v: capacity.plan("qwen3-8b", "H100", 1000, weights=v)),
+    ("plan page_size", "page_size", lambda v: capacity.plan("qwen3-8b", "H100", 1000, engine="sglang", page_size=v)),
+    ("session_cost", "tokens", lambda v: capacity.session_cost("qwen3-8b", v)),
+    ("vllm_plan available_bytes", "available_bytes", lambda v: capacity.vllm_plan("qwen3-8b", v, 1000)),
+    ("vllm_plan max_model_len", "max_model_len", lambda v: capacity.vllm_plan("qwen3-8b", 10**10, v)),
+    ("kv_budget tp", "tp", lambda v: budget.kv_budget("vllm", hardware.get_gpu("H100"), 10**9, 10**9, tp=v)),
+    ("kv_budget pp", "pp", lambda v: budget.kv_budget("vllm", hardware.get_gpu("H100"), 10**9, 10**9, pp=v)),
+    ("kv_budget weight_share", "weight_share", lambda v: budget.kv_budget("vllm", hardware.get_gpu("H100"), v, 0)),
+    ("kv_budget activation_bytes", "activation_bytes",
+     lambda v: budget.kv_budget("vllm", hardware.get_gpu("H100"), 10**9, v)),
+    ("Parallelism tp", "tp", lambda v: Parallelism(tp=v)),
+    ("Parallelism pp", "pp", lambda v: Parallelism(pp=v)),
+    ("Parallelism dcp", "dcp", lambda v: Parallelism(tp=2, dcp=v)),
+    ("stage_layers num_layers", "num_layers", lambda v: parallel.stage_layers(v, 1, 0)),
+    ("stage_layers stage", "stage", lambda v: parallel.stage_layers(4, 2, v)),
+    ("per_gpu", "page_size", lambda v: per_gpu("qwen3-8b", engine="sglang", page_size=v)),
+    ("PerGpu.session_bytes", "tokens", lambda v: per_gpu("qwen3-8b").session_bytes(v)),
+    ("checklist_row", "tokens", lambda v: checklist.checklist_row("qwen3-8b", "H100", Parallelism(), v, 0.0, 1.0,
+                                                                  1e4, 50.0, 500, 20.0)),
+    ("Tiers block_tokens", "block_tokens", lambda v: tiering.Tiers(v, 1024, (4, 4, 4), TIER_RATES)),
+    ("Tiers block_bytes", "block_bytes", lambda v: tiering.Tiers(16, v, (4, 4, 4), TIER_RATES)),
+    ("Tiers capacity_blocks", "hbm capacity (blocks)", lambda v: tiering.Tiers(16, 1024, (v, 4, 4), TIER_RATES)),
+    ("block_bytes", "block_tokens", lambda v: tiering.block_bytes("qwen3-8b", v)),
+    ("load_trace limit", "limit", lambda v: traces.load_trace("synthetic", limit=v)),
+    ("load_trace sessions", "synthetic workload sessions", lambda v: traces.load_trace("synthetic", sessions=v)),
+    ("AgentWorkload max_context", "synthetic workload max_context", lambda v: traces.AgentWorkload(max_context=v)),
+    ("AgentWorkload block_tokens", "synthetic workload block_tokens",
+     lambda v: traces.AgentWorkload(block_tokens=v)),
+    ("capacity grid n_blocks", "n_blocks", lambda v: curves.grid(v)),
+    ("capacity grid points", "points", lambda v: curves.grid(100, v)),
+    ("capacity grid lo", "lo", lambda v: curves.grid(100, 10, v)),
+    ("reference_hits", "LRU capacity (blocks)",
+     lambda v: curves.reference_hits(traces.load_trace("synthetic", limit=50, sessions=2), "lru", v)),
+    ("analyze", "points", lambda v: sim_analyze.analyze(traces.load_trace("synthetic", limit=50, sessions=2),
+                                                        points=v)),
+    ("needle length", "length", lambda v: tasks.needle(0, v)),
+    ("needle needles", "needles", lambda v: tasks.needle(0, 128, needles=v)),
+    ("needle key_len", "key_len", lambda v: tasks.needle(0, 128, key_len=v)),
+    ("needle value_len", "value_len", lambda v: tasks.needle(0, 128, value_len=v)),
+    ("mqar pairs", "pairs", lambda v: tasks.mqar(0, 64, pairs=v)),
+    ("mqar key_len", "key_len", lambda v: tasks.mqar(0, 64, key_len=v)),
+    ("vartrack hops", "hops", lambda v: tasks.vartrack(0, 256, hops=v)),
+    ("vartrack chains", "chains", lambda v: tasks.vartrack(0, 256, chains=v)),
+    ("vartrack name_len", "name_len", lambda v: tasks.vartrack(0, 256, name_len=v)),
+    ("vartrack value_len", "value_len", lambda v: tasks.vartrack(0, 256, value_len=v)),
+    ("Task.samples n", "n", lambda v: tasks.get_task("mqar").samples(0, v, 64)),
+    ("Task.samples length", "length", lambda v: tasks.get_task("mqar").samples(0, 2, v)),
+    ("Corpus.text", "max_bytes", lambda v: train_data.load_corpus().text(max_bytes=v)),
+    ("train evaluate windows", "windows", lambda v: train_loop.evaluate(None, None, windows=v)),
+    ("train evaluate batch", "batch", lambda v: train_loop.evaluate(None, None, batch=v)),
+    ("retrain", "steps", lambda v: train_loop.retrain(ROOT / "no-such-checkpoint", v)),
+    ("make_config", "vocab", lambda v: train_models.make_config("dense", vocab=v)),
+    ("TrainConfig steps", "steps", lambda v: train_loop.TrainConfig(steps=v)),
+    ("TrainConfig warmup", "warmup", lambda v: train_loop.TrainConfig(warmup=v)),
+    ("TrainConfig batch_tokens", "batch_tokens", lambda v: train_loop.TrainConfig(batch_tokens=v)),
+]
+
+
+@pytest.mark.parametrize("value", [2.0, True], ids=["float 2.0", "bool True"])
+@pytest.mark.parametrize("desc,name,fn", COUNTS, ids=[c[0] for c in COUNTS])
+def test_counts_refuse_floats_and_bools(desc, name, fn, value, one_thread):
+    """A count is an int (numpy integers too): 2.0 or True where one belongs is refused naming the argument,
+    before any work, rather than taken as 2 (or 1) or failing later inside torch."""
+    _raises(lambda: fn(value), KvlabError, [f"{name} must be an integer", f"got {value!r}"])
+
+
+@pytest.mark.parametrize("value", [np.int64(2), np.int32(2), torch.tensor(2)], ids=["int64", "int32", "tensor"])
+def test_counts_take_numpy_and_torch_integers(value):
+    assert A.select_topk(S2, value).shape == (2, 2)
+    assert build_layout("qwen3-8b").session(value).tokens == 2

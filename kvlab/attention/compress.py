@@ -80,6 +80,8 @@ class Compressor:
 
     def __post_init__(self):
         self.ratio = need_int("compression ratio m", self.ratio, 1, error=SelectionError)
+        self.dim = need_int("dim", self.dim, 1, error=SelectionError)
+        self.rope_dim = need_int("rope_dim", self.rope_dim, 0, error=SelectionError)
         same("w_kv width", self.w_kv.shape[1], "compressor width", self.width)
         same("bias shape[0]", self.bias.shape[0], "compression ratio m", self.ratio)
 
@@ -95,7 +97,9 @@ class Compressor:
     def random(cls, hidden: int, dim: int, ratio: int, overlap: bool, rope_dim: int = 0, seed: int = 0,
                rope_theta: float = 160000.0) -> "Compressor":
         ratio = need_int("compression ratio m", ratio, 1, error=SelectionError)
-        g = torch.Generator().manual_seed(seed)
+        hidden, dim = need_int("hidden", hidden, 1, error=SelectionError), need_int("dim", dim, 1, error=SelectionError)
+        rope_dim = need_int("rope_dim", rope_dim, 0, error=SelectionError)
+        g = torch.Generator().manual_seed(need_int("seed", seed, 0, error=SelectionError))
         w = dim * (2 if overlap else 1)
         w_kv = torch.randn(hidden, w, generator=g) / math.sqrt(hidden)  # [hidden, width]
         w_gate = torch.randn(hidden, w, generator=g) / math.sqrt(hidden)  # [hidden, width]

@@ -60,8 +60,9 @@ class EvalSetup:
 
     def __post_init__(self):
         for k in ("heads", "kv_heads", "head_dim", "index_heads", "index_dim", "window", "topk", "candidate_blocks",
-                  "candidate_block_size", "csa_ratio", "hca_ratio"):
+                  "candidate_block_size", "csa_ratio", "hca_ratio", "hot"):
             object.__setattr__(self, k, need_int(k, getattr(self, k), 1, error=SelectionError))  # frozen
+        object.__setattr__(self, "sink_tokens", need_int("sink_tokens", self.sink_tokens, 0, error=SelectionError))
         if self.heads % self.kv_heads:
             raise SelectionError(f"heads = {self.heads} is not a multiple of kv_heads = {self.kv_heads}")
 

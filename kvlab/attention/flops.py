@@ -120,6 +120,7 @@ def decode_flops(model: str | ModelSpec, tokens: int, dense: bool = False, cap: 
 def growth(model: str | ModelSpec, lo: int = 4096, hi: int = 1 << 20, part: str = "total", **kw) -> float:
     """decode_flops(hi) / decode_flops(lo) for `part` ("total" or "context")."""
     need_choice("part", part, ("total", "context"), error=SelectionError)
+    lo, hi = need_int("lo", lo, 1, error=SelectionError), need_int("hi", hi, 1, error=SelectionError)
     a, b = decode_flops(model, lo, **kw), decode_flops(model, hi, **kw)
     return getattr(b, part) / getattr(a, part)
 

@@ -52,7 +52,8 @@ class MLAWeights:
 
     @classmethod
     def random(cls, heads: int, rank: int, d_nope: int, d_rope: int, d_v: int, seed: int = 0) -> "MLAWeights":
-        heads, rank, d_v = (need_int(n, v, 1) for n, v in (("heads", heads), ("rank", rank), ("d_v", d_v)))
+        heads, rank, d_nope, d_v = (need_int(n, v, 1) for n, v in (("heads", heads), ("rank", rank), ("d_nope", d_nope),
+                                                                   ("d_v", d_v)))
         g = torch.Generator().manual_seed(need_int("seed", seed, 0))
         wkv_b = torch.randn(heads, d_nope + d_v, rank, generator=g) / math.sqrt(rank)  # [H, dn + dv, r]
         return cls(wkv_b, d_nope, d_rope)

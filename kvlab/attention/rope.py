@@ -13,6 +13,7 @@ from .checks import AttentionShapeError, need_real
 
 def rope_angles(positions: torch.Tensor, rope_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [..., rope_dim // 2] for integer positions [...]."""
+    rope_dim = need_int("rope_dim", rope_dim, 0)
     inv = 1.0 / (theta ** (torch.arange(0, rope_dim, 2, dtype=torch.float32) / rope_dim))  # [rope_dim/2]
     f = positions.to(torch.float32)[..., None] * inv  # [..., rope_dim/2]
     return f.cos(), f.sin()

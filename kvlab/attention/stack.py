@@ -57,6 +57,7 @@ class StackConfig:
             setattr(self, name, need_int(name, getattr(self, name), 1, error=SelectionError))
         if self.candidate_blocks is not None:
             self.candidate_blocks = need_int("candidate_blocks", self.candidate_blocks, 1, error=SelectionError)
+        self.rope_dim = need_int("rope_dim", self.rope_dim, 0, error=SelectionError)
         if not 0 <= self.rope_dim <= self.head_dim or self.rope_dim % 2:
             raise SelectionError(f"rope_dim must be even and at most head_dim ({self.head_dim}), got {self.rope_dim}")
         self.ratio_map = {r: need_int(f"ratio_map[{r}]", s, 1, error=SelectionError) for r, s in self.ratio_map.items()}
@@ -361,7 +362,8 @@ def compare_decoding(cfg: StackConfig, prompt: int, steps: int, seed: int = 0, d
     for name, c, d in (("sparse", cfg, dense), ("dense", reference or cfg, True)):
         s = Stack(c, d)
         first = s.prefill(ids[:, :prompt])
-        out[name] = torch.cat([first[:, None], s.decode(ids[:, prompt:prompt + steps - 1])], 1)[0]  # [steps, V]
+        rest = ids[:, prompt:prompt + steps - 1]  # teacher-forced inputs after the first step (none when steps = 1)
+        out[name] = torch.cat([first[:, None]] + ([s.decode(rest)] if rest.shape[1] else []), 1)[0]  # [steps, V]
         out[f"{name}_bytes"] = s.cache_bytes()["total"]
     return dict(kl=logits_kl(out["dense"], out["sparse"]), sparse_bytes=out["sparse_bytes"],
                 dense_bytes=out["dense_bytes"],
@@ -372,6 +374,7 @@ def compare_decoding(cfg: StackConfig, prompt: int, steps: int, seed: int = 0, d
 def replay_experiment(cfg: StackConfig, prompt: int, ttl: float, idle: float, seed: int = 0) -> dict:
     """Offload the windows after a prompt, come back after `idle` seconds: a hit restores them, a miss
     replays the last `window` tokens. Reports the replay cost and the next-token KL against no offload."""
+    prompt = need_int("prompt", prompt, 1, error=SelectionError)
     ids = torch.randint(0, cfg.vocab, (1, prompt + 1), generator=torch.Generator().manual_seed(seed))  # [1, T + 1]
     ref = Stack(cfg)
     ref.prefill(ids[:, :prompt])

@@ -199,7 +199,7 @@ def decode_rate(model, make: Callable[[], object], ids: torch.Tensor, prompt: in
                 repeats: int = 3) -> list[float]:
     """Decode tokens/s of each repeat: prefill ids[:, :prompt], then `steps` one-token steps teacher forced on
     ids (so every cache does the same work)."""
-    need_int("steps", steps, 1)
+    prompt, steps, repeats = need_int("prompt", prompt, 1), need_int("steps", steps, 1), need_int("repeats", repeats, 1)
     if ids.shape[1] < prompt + steps:
         raise ParameterError(f"decode timing needs {prompt + steps} tokens of text, got {ids.shape[1]}")
     rates = []
@@ -260,6 +260,7 @@ class EvalResult:
 
 def text_windows(encode, length: int, n: int, seed: int) -> torch.Tensor:
     """`n` windows of `length` tokens of kvlab's held-out text at seeded offsets: ids [n, length]."""
+    length, n = need_int("length", length, 1), need_int("n", n, 1)
     from ..train.data import load_corpus
     corpus = load_corpus()
     g = torch.Generator().manual_seed(seed)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ..checks import need_int, need_list
 from ..errors import ParameterError
 from ..models import DATA_DIR
 from ..nb.params import NotebookParams
@@ -239,6 +240,9 @@ def sweep(models: dict, settings: list[Setting], contexts: list[int], task: str 
     from tqdm.auto import tqdm
 
     from ..train.tasks import get_task
+    contexts = [need_int("contexts", t, 2) for t in need_list("contexts", contexts, "a list of token counts")]
+    for k, v in (("samples", samples), ("windows", windows), ("chunk", chunk)):
+        need_int(k, v, 1)
     rows = []
     longest = max(contexts)
     bar = tqdm(total=len(models) * len(contexts) * len(settings), disable=not progress, desc="settings")
@@ -292,6 +296,7 @@ def frontier(rows: list[Row]) -> list[Row]:
 
 def decode_speeds(model, settings: list[Setting], ids: torch.Tensor, prompt: int, steps: int, rounds: int = 3) -> dict:
     """Decode tokens/s per setting, interleaved over rounds (the machine may be shared): label -> list of rates."""
+    rounds = need_int("rounds", rounds, 1)
     rates = {s.label: [] for s in settings}
     for _ in range(rounds):
         for s in settings:

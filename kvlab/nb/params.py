@@ -46,8 +46,6 @@ class NotebookParams:
     def need_int(self, field: str, minimum: int | None = 1, maximum: int | None = None, value=None) -> int:
         """An int in [minimum, maximum] (None: unbounded); floats, even integral ones, are refused."""
         v = getattr(self, field) if value is None else value
-        if isinstance(v, float):
-            raise ParameterError(f"{_name(field)} must be an integer, got {v!r}")
         return checks.need_int(_name(field), v, minimum, maximum)
 
     def need_number(self, field: str, lo: float = -math.inf, hi: float = math.inf, *, lo_open: bool = False,

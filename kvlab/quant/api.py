@@ -7,8 +7,8 @@ store the raw bytes, so a cache can hold any format of the table through this on
 Input: a float32 / bfloat16 / float16 tensor with at least one dim, on a device with data (computation runs
 in fp32); anything else (a list, complex or integer tensors, a meta tensor) is refused naming what fits.
 Empty tensors give empty codes and scales (nbytes = the format's per-tensor bytes).
-Ranges: what each format holds and what happens beyond it is in kvlab.quant.ranges (NVFP4 single level clips
-beyond 2,688 with a RangeWarning, as torchao does; FP16 scales or values that would overflow are refused).
+Ranges: what each format holds is in kvlab.quant.ranges; finite values beyond it are refused (QuantizeError naming
+the format that fits), never clipped or stored as inf: NVFP4 single level beyond 2,688, FP16 storage, FP16 scales.
 NaN / Inf: NVFP4 and MX follow torchao (NaN makes its block's scale NaN; Inf gives the largest
 scale and saturates); FP8 scales come from the finite values, Inf saturates to +-max and NaN
 stays NaN; integer groups reject non-finite input (min / max would be meaningless).
@@ -26,8 +26,8 @@ from .e2m1 import encode_e2m1, pack_bits
 from .fp8 import encode_fp8, finite_amax, fp32_scale
 from .intgroup import encode_int, int_group_params
 from .mx import RULES, quantize_mx_blocks
-from .nvfp4 import E2M1_MAX, E4M3_MAX, RECIPES, global_scale_from_amax, quantize_nvfp4_blocks
-from .ranges import fits, max_input, over, warn_saturation
+from .nvfp4 import RECIPES, global_scale_from_amax, quantize_nvfp4_blocks
+from .ranges import fits, max_input, over
 from .tensor import TORCH_DTYPES, QuantizedTensor
 
 INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -163,7 +163,7 @@ def quantize(x: torch.Tensor, fmt: str | Format, *, recipe: str = "torchao", sca
     g = None
     if fmt.scale.name == "e4m3":
         if fmt.tensor_scale is None:
-            warn_saturation(fmt, xb.abs().amax(dim=-1), E2M1_MAX * E4M3_MAX)
+            _refuse_saturation(fmt, xb.abs().amax(dim=-1))
         else:
             g = torch.as_tensor(global_scale, dtype=torch.float32, device=x.device) if global_scale is not None \
                 else global_scale_from_amax(finite_amax(xf))
@@ -236,6 +236,17 @@ def _refuse_scale_overflow(fmt: Format, s: torch.Tensor) -> None:
                             f"use {fits(fmt)}")
 
 
+def _refuse_saturation(fmt: Format, amax: torch.Tensor) -> None:
+    """NVFP4 single level: E4M3 block scales top out at 448, so a block of finite values beyond 6 x 448 = 2,688
+    would be clipped to +-2,688 (torchao does, silently): refused instead, as every other range limit is."""
+    limit = max_input(fmt)
+    n, total, top = over(amax, limit)
+    if n:
+        raise QuantizeError(f"quantize: {n} of {total} blocks of x reach |x| = {top:.4g}, beyond the {limit:,g} "
+                            f"({fmt.element.max:g} x {fmt.scale.max:g}) that {fmt.name} holds (they would be clipped "
+                            f"to +-{limit:,g}); use {fits(fmt)}")
+
+
 def _refuse_int_overflow(fmt: Format, s: torch.Tensor, mn: torch.Tensor) -> None:
     """Integer groups: the zero point (min) and the scale (max - min) / (2^b - 1) must fit their stored types, or
     the group would decode to inf / NaN. The zero point first: when it overflows, no wider scale helps."""
@@ -258,6 +269,8 @@ def _empty(x: torch.Tensor, fmt: Format, qt: dict) -> QuantizedTensor:
     codes = torch.zeros((*lead, fmt.data_bytes(d)), dtype=torch.uint8, device=x.device)
     if fmt.scope == "tensor":
         scales = _f32_bytes(torch.ones((), device=x.device))
+    elif qt["axis"] == "channel":  # no whole group of tokens: [*, 0, D x one group's scale bytes]
+        scales = torch.zeros((*lead[:-1], 0, d * fmt.scale_bytes(fmt.block)), dtype=torch.uint8, device=x.device)
     else:
         scales = torch.zeros((*lead, fmt.scale_bytes(d)), dtype=torch.uint8, device=x.device)
     gs = _f32_bytes(torch.ones((), device=x.device)) if fmt.tensor_scale is not None else None

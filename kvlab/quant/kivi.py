@@ -38,7 +38,7 @@ class KiviKV:
 def kivi_quantize(k: torch.Tensor, v: torch.Tensor, bits: int = 2, group: int = 32, residual: int = 32) -> KiviKV:
     """Quantize K, V [..., T, D] KIVI-style. The quantized prefix is the largest multiple of
     `group` tokens that leaves at least `residual` tokens in full precision."""
-    need_choice("kivi_quantize: bits", bits, (2, 4, 8))
+    need_choice("kivi_quantize: bits", need_int("kivi_quantize: bits", bits, None), (2, 4, 8))
     for name, t in (("k", k), ("v", v)):
         need_type(f"kivi_quantize: {name}", t, torch.Tensor, "a torch.Tensor [..., T, D]")
     if k.shape != v.shape or k.dim() < 2:

@@ -7,26 +7,28 @@ element. `max_input(fmt)` computes it from the formats table (never typed in):
 |------------------------------------------|------------------------|---------------------------------------------|
 | fp16 (none)                              | 65,504                 | refused: the value would be stored as inf    |
 | bf16 / fp32 (none)                       | 3.39e38 / 3.40e38      | refused (bf16), overflow impossible (fp32)   |
-| nvfp4 (E4M3 per 16, single level)        | 6 x 448 = 2,688        | RangeWarning: clipped to +-2,688, as torchao |
+| nvfp4 (E4M3 per 16, single level)        | 6 x 448 = 2,688        | refused: it would be clipped to +-2,688      |
 | nvfp4_2level (+ FP32 per tensor)         | any finite             | the per-tensor scale absorbs the range       |
 | MX (E8M0 per 32), FP8 with FP32 scales   | any finite fp32        | -                                            |
 | FP8 / E2M1 with FP16 block scales        | elem max x 65,504      | refused: the scale would be inf              |
 | int groups, FP16 scale + FP16 zero point | (max - min) / (2^b - 1) <= 65,504 and abs(min) <= 65,504 | refused: decode gives inf / NaN |
 
-Refused input raises `QuantizeError` naming the format that fits (BF16 or FP32 scales, two-level NVFP4);
-saturation that the reference implementations perform too (NVFP4 single level, as torchao) warns with
-`kvlab.errors.RangeWarning` instead, so results stay bit-exact with them. At the small end, NVFP4 single
-level (torchao recipe) floors its block scale at 2^-6, so values below 2^-8 in a block whose amax is under
-6 x 2^-6 = 0.09375 round to zero; two-level NVFP4 rescales such a tensor.
+The rule: where `quantize` chooses the scales, finite values the format cannot hold are refused with `QuantizeError`
+naming the largest |x|, the range and the formats that fit (two-level NVFP4, FP32 or BF16 block scales, BF16 or
+FP32 storage); nothing is clipped or stored as inf behind the caller's back. torchao clips NVFP4 single level at
+2,688 instead; kvlab matches it bit for bit on everything it accepts. Two exceptions are the caller's choice, not
+the format's range: a scale the caller pins (`scale=`, `global_scale=`, as a serving engine keeps its k_scale)
+saturates what exceeds it, as that engine's cast does, and +-Inf saturates as torchao's NVFP4 and MX do. Within
+the range, MX's FLOOR scale rule rounds scaled values up to 512 > 448 (MXFP8) by design (OCP MX spec). At the
+small end, NVFP4 single level (torchao recipe) floors its block scale at 2^-6, so values below 2^-8 in a block
+whose amax is under 6 x 2^-6 = 0.09375 round to zero; two-level NVFP4 rescales such a tensor.
 """
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 
-from ..errors import RangeWarning
 from ..formats import FP32, Format
 
 UNBOUNDED = math.inf  # a per-tensor FP32 scale (or E8M0 / FP32 block scales) covers any finite fp32 input
@@ -49,7 +51,9 @@ def max_input(fmt: Format) -> float:
 def fits(fmt: Format) -> str:
     """The format to suggest when `fmt`'s range is too small."""
     if fmt.element.name == "e2m1" and fmt.scale is not None and fmt.scale.name == "e4m3":
-        return "nvfp4_2level (a per-tensor FP32 scale above the E4M3 block scales)"
+        two = "nvfp4_2level" if fmt.block == 16 else f"nvfp4_2level_b{fmt.block}"
+        return (f"{two} (a per-tensor FP32 scale above the E4M3 block scales) or nvfp4_b{fmt.block}_fp32 "
+                "(FP32 block scales)")
     if fmt.scope == "none":
         return "bf16 or fp32 (or a scaled format such as fp8_e4m3_token)"
     base = fmt.name.split("_g")[0].split("_b")[0]
@@ -64,11 +68,3 @@ def over(amax: torch.Tensor, limit: float) -> tuple[int, int, float]:
     n = int((finite > limit).sum())
     return n, amax.numel(), float(finite.max()) if amax.numel() else 0.0
 
-
-def warn_saturation(fmt: Format, amax: torch.Tensor, limit: float) -> None:
-    """RangeWarning when blocks of finite values exceed what `fmt` keeps (they are clipped to +-limit)."""
-    n, total, top = over(amax, limit)
-    if n:
-        warnings.warn(f"quantize: {n} of {total} blocks of x reach |x| = {top:.4g}, beyond the {limit:,g} that "
-                      f"{fmt.name} keeps; they are clipped to +-{limit:,g} (as torchao does); "
-                      f"use {fits(fmt)} for this range", RangeWarning, stacklevel=4)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..checks import need_choice, need_int, need_type
-from ..errors import ParameterError, WrongTypeError
+from ..errors import ParameterError, ShapeError, WrongTypeError
 from ..formats import Format, get_format
 from .e2m1 import decode_e2m1, unpack_bits
 from .fp8 import decode_fp8
@@ -43,8 +43,14 @@ class QuantizedTensor:
     options: dict = field(default_factory=dict)  # recipe / scale_rule used (kept for the record)
 
     def __post_init__(self):
-        """Refuse parts that do not fit together (truncated codes, scales of another format, a float tensor where
-        bytes belong): decoding them would fail deep in torch or decode garbage."""
+        self.check()
+
+    def check(self) -> "QuantizedTensor":
+        """Refuse parts that do not fit together (codes or scales truncated, extended or from another format, a
+        float tensor where bytes belong): decoding them would fail deep in torch or decode garbage. Runs at
+        construction and again before every decode, since the fields (and their arrays) can be replaced or
+        resized afterwards. The sizes come from the formats table (`Format.data_bytes`, `scale_bytes`,
+        `tensor_bytes`)."""
         self.fmt = get_format(self.fmt)
         need_type("QuantizedTensor.shape", self.shape, (tuple, list, torch.Size), "a tuple of dims")
         self.shape = tuple(need_int("QuantizedTensor.shape", n) for n in self.shape)
@@ -54,19 +60,30 @@ class QuantizedTensor:
         need_choice("QuantizedTensor.axis", self.axis, ("token", "channel"))
         *lead, d = self.shape
         f = self.fmt
-        width = ((f.scale.bits if f.scale else 0) + (f.zero_point.bits if f.zero_point else 0)) // 8
         if self.axis == "channel":
+            if f.element.kind != "int":
+                raise ParameterError(f"QuantizedTensor.axis 'channel' is for integer groups, not {f.name}")
             t = lead[-1] if lead else 0
-            scales = (*lead[:-1], t // f.block if f.block else 0, d * width)
+            if not lead or t % f.block:
+                raise ShapeError(f"QuantizedTensor: axis 'channel' groups {f.block} tokens (dim -2), but shape "
+                                 f"{list(self.shape)} has no whole groups")
+            scales = (*lead[:-1], t // f.block, d * f.scale_bytes(f.block))  # one group's scale + zero per channel
         else:
-            scales = (4,) if f.scope == "tensor" else (*lead, f.scale_bytes(d))
+            scales = (f.tensor_bytes,) if f.scope == "tensor" else (*lead, f.scale_bytes(d))
         _bytes("codes", self.codes, (*lead, f.data_bytes(d)), f, self.shape)
         _bytes("scales", self.scales, scales, f, self.shape)
         if (self.global_scale is None) != (f.tensor_scale is None):
-            raise ParameterError(f"QuantizedTensor: {f.name} " + ("needs a global_scale (uint8 [4])" if f.tensor_scale
-                                 else "has no per-tensor second-level scale; global_scale must be None"))
+            raise ParameterError(f"QuantizedTensor: {f.name} " + (
+                f"needs a global_scale (uint8 [{f.tensor_bytes}])" if f.tensor_scale
+                else "has no per-tensor second-level scale; global_scale must be None"))
         if self.global_scale is not None:
-            _bytes("global_scale", self.global_scale, (4,), f, self.shape)
+            _bytes("global_scale", self.global_scale, (f.tensor_bytes,), f, self.shape)
+        for name in ("scales", "global_scale"):
+            part = getattr(self, name)
+            if part is not None and part.device != self.codes.device:
+                raise ParameterError(f"QuantizedTensor.{name} is on {part.device} but codes are on "
+                                     f"{self.codes.device}; move all parts to one device")
+        return self
 
     @property
     def nbytes(self) -> int:
@@ -79,6 +96,7 @@ class QuantizedTensor:
 
     def element_values(self) -> torch.Tensor:
         """Decoded element values fp32 [*lead, D] before scaling (int: the integer codes)."""
+        self.check()
         el, d = self.fmt.element, self.shape[-1]
         if el.name in TORCH_DTYPES:
             return self.codes.contiguous().view(TORCH_DTYPES[el.name]).float()
@@ -131,6 +149,7 @@ class QuantizedTensor:
 
     def element_scale(self) -> torch.Tensor:
         """fp32 decode scale of every element (broadcastable to the shape); int: the group's s."""
+        self.check()
         f = self.fmt
         if f.scope == "none":
             s = torch.ones((), device=self.device)
@@ -148,6 +167,7 @@ class QuantizedTensor:
 
     def dequantize(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """Decoded tensor of the original shape, in `dtype` (default: the input's dtype)."""
+        self.check()
         dtype = self.dtype if dtype is None else _float_dtype("dequantize: dtype", dtype)
         if self.codes.numel() == 0:
             return torch.zeros(self.shape, dtype=dtype, device=self.device)
@@ -190,10 +210,11 @@ def _float_dtype(name: str, dtype) -> torch.dtype:
 
 
 def _bytes(name: str, t, shape: tuple, fmt: Format, of: tuple) -> None:
-    """`t` is a uint8 tensor of exactly `shape`."""
+    """`t` is a uint8 tensor of exactly `shape` (the bytes `fmt` stores for a tensor of shape `of`)."""
     if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8:
         raise WrongTypeError(f"QuantizedTensor.{name} must be a uint8 tensor of bytes, got "
                              + (f"a {t.dtype} tensor" if isinstance(t, torch.Tensor) else type(t).__name__))
     if tuple(t.shape) != tuple(shape):
-        raise ParameterError(f"QuantizedTensor.{name} has shape {tuple(t.shape)}, but {fmt.name} of shape {of} "
-                             f"stores {tuple(shape)} (truncated or from another format?)")
+        raise ShapeError(f"QuantizedTensor.{name} holds {t.numel():,} bytes {list(t.shape)} but shape {list(of)} in "
+                         f"{fmt.name} needs {math.prod(shape):,} {list(shape)} (truncated, edited or from another "
+                         f"format?)")

@@ -76,6 +76,9 @@ def kv_budget(engine: str, gpu: Gpu, weight_share: int, activation_bytes: int, *
     """The KV pool of one GPU holding `weight_share` bytes of weights under `engine`'s rule; `fraction` overrides
     the engine's (gpu_memory_utilization, mem_fraction_static, free_gpu_memory_fraction)."""
     engine = need_choice("engine", engine, BUDGET_ENGINES)
+    weight_share = need_int("weight_share", weight_share)
+    activation_bytes = need_int("activation_bytes", activation_bytes)
+    tp, pp = need_int("tp", tp, 1), need_int("pp", pp, 1)
     if fraction is not None:
         fraction = need_number("memory fraction", fraction, 0.0, 1.0, lo_open=True)
     total = gpu.hbm_bytes

@@ -7,7 +7,7 @@ heads that do not split) is a row that says why, not a number.
 """
 from __future__ import annotations
 
-from ..checks import need_list
+from ..checks import need_int, need_list
 from ..errors import KvlabError
 from .capacity import plan, request_rate
 from .hardware import get_gpu
@@ -18,6 +18,7 @@ def checklist_row(model: str, gpu: str, parallel: Parallelism, tokens: int, pref
                   replay_probability: float, prefill_tokens_per_s: float, decode_tokens_per_s: float,
                   tokens_per_request: int, tokens_per_s_per_session: float, **plan_kw) -> dict:
     """One model on one deployment, the checklist's steps as columns."""
+    need_int("tokens", tokens, 1)  # a bad argument is raised, not reported as a deployment that does not fit
     row = {"model": model, "deployment": parallel.label(), "gpus": parallel.gpus}
     try:
         c = plan(model, gpu, tokens, prefix_hit_rate, parallel=parallel, replay_probability=replay_probability,

@@ -189,5 +189,6 @@ def capacity_for(trace: Trace, policy: str, target: float, measure: str = "token
 def grid(n_blocks: int, points: int = 100, lo: int = 1) -> np.ndarray:
     """`points` capacities spaced evenly in log from `lo` to n_blocks (every block cached), distinct."""
     need_int("points", points, 2)
-    hi = max(int(n_blocks), lo + 1)
+    n_blocks, lo = need_int("n_blocks", n_blocks), need_int("lo", lo, 1)
+    hi = max(n_blocks, lo + 1)
     return np.unique(np.round(np.logspace(np.log10(lo), np.log10(hi), points)).astype(np.int64))

@@ -77,6 +77,7 @@ class Tiers:
 
 def block_bytes(model, block_tokens: int, scheme: str = "storage", kv_format=None) -> int:
     """Bytes of one block of `block_tokens` tokens: the allocation's bytes per token x tokens, rounded up."""
+    need_int("block_tokens", block_tokens, 1)
     a = allocate(model, scheme, kv_format)
     return math.ceil(a.bytes_per_token * block_tokens)
 

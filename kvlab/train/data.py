@@ -174,7 +174,8 @@ class Corpus:
     def text(self, which: str = "heldout", max_bytes: int | None = None) -> str:
         """A split as text (e.g. for a Hub model's own tokenizer), optionally its first `max_bytes`."""
         data = self.split(which)
-        return data[: max_bytes or len(data)].decode("utf-8", errors="ignore")
+        max_bytes = len(data) if max_bytes is None else need_int("max_bytes", max_bytes, 1)
+        return data[:max_bytes].decode("utf-8", errors="ignore")
 
     def windows(self, which: str, n: int, length: int, seed: int) -> torch.Tensor:
         """`n` windows of `length` bytes at seeded random offsets of a split: ids [n, length]."""

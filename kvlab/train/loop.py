@@ -164,6 +164,8 @@ def evaluate(model, corpus, windows: int = 16, samples: int = 32, length: int = 
     """Held-out text loss (nats per byte), each task's accuracy and the copy probe's gain (kvlab.train.probe: how
     much a repeated random string's second copy is easier, nats per byte), on seeded held-out material (seeds
     apart from training's: task samples from `seed`, text windows from the held-out split)."""
+    for k, v in (("windows", windows), ("samples", samples), ("batch", batch)):
+        need_int(k, v, 1)
     was = model.training
     model.eval()
     x = corpus.windows("heldout", windows, length, seed)
@@ -299,6 +301,7 @@ def load_record(path: str | Path) -> tuple[TrainConfig, dict, dict]:
 
 def retrain(path: str | Path, steps: int, progress: bool = False) -> tuple[Result, dict]:
     """Rerun the first `steps` steps of a saved checkpoint's recipe: (result, the saved curve)."""
+    need_int("steps", steps, 1)
     cfg, curve, _ = load_record(path)
     return train(cfg, stop_after=steps, progress=progress, evaluate_final=False), curve
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..checks import need_choice
+from ..checks import need_choice, need_int
 from .data import VOCAB
 from .sizes import Size, get_size
 
@@ -48,6 +48,7 @@ def mla_config(size: str | Size = "tiny", vocab: int = VOCAB):
 def make_config(arch: str, size: str | Size = "tiny", vocab: int = VOCAB):
     """The transformers config of an architecture at a size preset."""
     need_choice("arch", arch, ARCHS)
+    need_int("vocab", vocab, 1)
     if arch == "dense":
         return dense_config(size, vocab)
     if arch == "mla":

@@ -171,6 +171,8 @@ def needle(seed: int, length: int, needles: int | None = None, key_len: int = 4,
     need_int("seed", seed)
     need_int("length", length, 1)
     needles = need_int("needles", needles, 1) if needles is not None else max(1, min(4, length // 128))
+    need_int("key_len", key_len, 1)
+    need_int("value_len", value_len, 1)
     rng = random.Random(f"needle:{seed}")
     keys = _distinct(rng, needles, key_len, LOWER)
     values = [_word(rng, value_len, DIGITS) for _ in keys]
@@ -197,6 +199,8 @@ def vartrack(seed: int, length: int, hops: int = 2, chains: int = 2, name_len: i
     need_int("length", length, 1)
     need_int("hops", hops, 0)
     need_int("chains", chains, 1)
+    need_int("name_len", name_len, 1)
+    need_int("value_len", value_len, 1)
     rng = random.Random(f"vartrack:{seed}")
     names = _distinct(rng, chains * (hops + 1), name_len, LOWER)
     values = _distinct(rng, chains, value_len, DIGITS)
