@@ -175,9 +175,9 @@ class Row(Measured):
     context: int  # tokens per window / task sample
 
 
-def measure(model, setting: Setting, windows: torch.Tensor, samples, encode, chunk: int) -> Measured:
-    """One setting over text windows [n, T] and task samples, each window and sample through a fresh cache."""
-    from ..train.tasks import render, score_predictions
+def runner(model, setting: Setting, chunk: int):
+    """(run, growth): run(ids [1, T]) -> Pass through a fresh cache of `setting` (the V4.1-like model: its Stack);
+    growth() -> the layout's bytes per token once a pass has run (None for a peer)."""
     growth = None
     if is_v41(model):
         from ..train.v41 import to_stack
@@ -196,6 +196,13 @@ def measure(model, setting: Setting, windows: torch.Tensor, samples, encode, chu
             if hasattr(cache, "layout"):
                 growth = cache.layout.bytes_per_token
             return p
+    return run, (lambda: growth)
+
+
+def measure(model, setting: Setting, windows: torch.Tensor, samples, encode, chunk: int) -> Measured:
+    """One setting over text windows [n, T] and task samples, each window and sample through a fresh cache."""
+    from ..train.tasks import render, score_predictions
+    run, grown = runner(model, setting, chunk)
     nll = scored = 0
     held, pred = [], []
     per_nll, per_tokens = [], []
@@ -218,6 +225,7 @@ def measure(model, setting: Setting, windows: torch.Tensor, samples, encode, chu
     acc = right / total if total else None
     mean = round(sum(held) / len(held))
     counts = dict(window_nll=per_nll, window_tokens=per_tokens, right=right, answers=total)
+    growth = grown()
     if pred[0] is None:
         return Measured(ppl, acc, mean, None, None, None, **counts)
     return Measured(ppl, acc, mean, round(sum(pred) / len(pred)), matches, growth, **counts)
@@ -267,6 +275,69 @@ def sweep(models: dict, settings: list[Setting], contexts: list[int], task: str 
                 bar.update()
     bar.close()
     return rows
+
+
+@dataclass(frozen=True)
+class DepthCell:
+    """Accuracy of one setting on a depth-placed task (the needle heatmap's cell): one context, one depth."""
+
+    model: str  # model name
+    setting: str  # Setting.label
+    context: int  # tokens per sample
+    depth: float  # where the asked fact sits: 0 = the start of the filler, 1 = its end
+    right: int  # answers right
+    answers: int  # answers scored
+
+    @property
+    def accuracy(self) -> float:
+        return self.right / self.answers
+
+    @property
+    def ci(self) -> list:
+        """[low, high]: Wilson 95% interval."""
+        from ..stats import wilson
+        return list(wilson(self.right, self.answers))
+
+
+def decile_depths(n: int = 10) -> list[float]:
+    """The centres of n equal depth bins: 0.05, 0.15, ..., 0.95 for deciles."""
+    from ..checks import need_int
+    n = need_int("depths", n, 1)
+    return [(i + 0.5) / n for i in range(n)]
+
+
+def depth_grid(models: dict, settings: list[Setting], task: str, contexts: list[int], depths: list[float],
+               samples: int, chunk: int, seed: int = 0) -> list[DepthCell]:
+    """Accuracy by context length x depth of the asked fact (RULER / needle-in-a-haystack plots), per model and
+    setting: `samples` seeded samples per cell, each through a fresh cache. models maps a name to (model, encode);
+    the task must place its asked fact by a `depth` option (kvlab.train.tasks)."""
+    import inspect
+
+    from ..checks import need_int
+    from ..train.tasks import get_task, render, score_predictions
+    t = get_task(task)
+    if "depth" not in inspect.signature(t.generate).parameters:
+        raise ParameterError(f"task {task!r} does not place its answer by depth; a depth grid needs one that does")
+    samples = need_int("samples", samples, 1)
+    for d in depths:
+        if not 0.0 <= float(d) <= 1.0:
+            raise ParameterError(f"depth {d} is not in [0, 1]")
+    out = []
+    for name, (model, encode) in models.items():
+        for s in settings:
+            if not applies(model, s):
+                continue
+            run, _ = runner(model, s, chunk)
+            for T in contexts:
+                for j, d in enumerate(depths):
+                    right = total = 0
+                    for i in range(samples):
+                        sample = t.generate(((seed * 100_003 + T) * 101 + j) * 100_003 + i, T, depth=float(d))
+                        ids, labels = render(sample, encode)
+                        r, n = score_predictions(run(ids[None]).predictions, labels[None])
+                        right, total = right + r, total + n
+                    out.append(DepthCell(name, s.label, T, float(d), right, total))
+    return out
 
 
 def changes(rows: list[Row], reference: str = "bf16", seed: int = 0) -> dict:
