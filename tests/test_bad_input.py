@@ -245,7 +245,8 @@ CONFIGS = [
      ["'sliding_window_pattern'", "'6'"]),
     ("window pattern 0", _edited("gemma-3-27b", sliding_window_pattern=-1), ["'sliding_window_pattern'", ">= 1"]),
     ("fractional window pattern", _edited("gemma-3-27b", sliding_window_pattern=1.5), ["'sliding_window_pattern'"]),
-    ("window 0", _edited("gemma-3-27b", sliding_window=0), ["'sliding_window'", ">= 1"]),
+    ("window 0", _edited("gemma-3-27b", sliding_window=0), ["'sliding_window'", ">= 2"]),
+    ("window 1", _edited("gemma-3-27b", sliding_window=1), ["'sliding_window'", ">= 2", "got 1"]),
     ("window as text", _edited("gemma-3-27b", sliding_window="1024"), ["'sliding_window'", "'1024'"]),
     ("unknown layer type", _edited("gpt-oss-20b", layer_types=["sliding_attention", "chunked_attention"] * 12),
      ["'layer_types'", "layer 1", "'chunked_attention'", "full_attention"]),
@@ -1162,6 +1163,7 @@ def test_a_sink_lets_a_query_see_no_key(one_thread):
 # --- 10. counts given as floats or bools -------------------------------------------------------------------------
 from kvlab.attention import evaluate as attn_eval, stack as attn_stack  # noqa: E402
 from kvlab.hf import evaluate as hf_eval, make_cache, quality as hf_quality  # noqa: E402
+from kvlab import layout  # noqa: E402
 from kvlab.serving import budget, checklist, parallel  # noqa: E402
 from kvlab.sim import analyze as sim_analyze, curves, tiering, traces  # noqa: E402
 from kvlab.train import data as train_data, loop as train_loop, models as train_models, tasks  # noqa: E402
@@ -1267,8 +1269,8 @@ COUNTS = [
     ("Parallelism tp", "tp", lambda v: Parallelism(tp=v)),
     ("Parallelism pp", "pp", lambda v: Parallelism(pp=v)),
     ("Parallelism dcp", "dcp", lambda v: Parallelism(tp=2, dcp=v)),
-    ("stage_layers num_layers", "num_layers", lambda v: parallel.stage_layers(v, 1, 0)),
-    ("stage_layers stage", "stage", lambda v: parallel.stage_layers(4, 2, v)),
+    ("stage_layers num_layers", "num_layers", lambda v: layout.stage_layers(v, 1, 0)),
+    ("stage_layers stage", "stage", lambda v: layout.stage_layers(4, 2, v)),
     ("per_gpu", "page_size", lambda v: per_gpu("qwen3-8b", engine="sglang", page_size=v)),
     ("PerGpu.session_bytes", "tokens", lambda v: per_gpu("qwen3-8b").session_bytes(v)),
     ("checklist_row", "tokens", lambda v: checklist.checklist_row("qwen3-8b", "H100", Parallelism(), v, 0.0, 1.0,
