@@ -139,8 +139,9 @@ def _tampered(src: Path, old: str, new: str, dest: Path, least: int) -> Path:
     return dest
 
 
-def _float_notebook(path: Path, stored: str, declared: bool) -> Path:
-    """One cell printing 0.0016668712 and 890, its stored output `stored`; `declared`: a float tolerance."""
+def _float_notebook(path: Path, stored: str, declared: bool, cell_rtol: float | None = None) -> Path:
+    """One cell printing 0.0016668712 and 890, its stored output `stored`; `declared`: a float tolerance;
+    `cell_rtol`: the cell's own (overriding the notebook's)."""
     nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "kvlab", "display_name": "kvlab",
                                                                          "language": "python"}},
           "cells": [{"cell_type": "code", "execution_count": 1, "id": "a", "metadata": {},
@@ -148,6 +149,8 @@ def _float_notebook(path: Path, stored: str, declared: bool) -> Path:
                      "outputs": [{"output_type": "stream", "name": "stdout", "text": stored + "\n"}]}]}
     if declared:
         nb["metadata"]["kvlab"] = {"float_rtol": 5e-3}
+    if cell_rtol is not None:
+        nb["cells"][0]["metadata"]["kvlab"] = {"float_rtol": cell_rtol}
     path.write_text(json.dumps(nb))
     return path
 
@@ -166,6 +169,9 @@ def test_nbval_fails_on_a_changed_exact_figure_and_tolerates_float_noise_only_wh
         _float_notebook(tmp_path / "noise_declared.ipynb", "0.0016669 890", declared=True): True,
         _float_notebook(tmp_path / "noise_undeclared.ipynb", "0.0016669 890", declared=False): False,
         _float_notebook(tmp_path / "int_changed.ipynb", "0.0016668712 891", declared=True): False,
+        _float_notebook(tmp_path / "cell_wider.ipynb", "0.00169 890", declared=True, cell_rtol=0.02): True,
+        _float_notebook(tmp_path / "cell_narrower.ipynb", "0.0016669 890", declared=True, cell_rtol=0.0): False,
+        _float_notebook(tmp_path / "notebook_only.ipynb", "0.00169 890", declared=True): False,
     }
     got, out = _nbval_each(list(cases))
     assert got == {p.name: ok for p, ok in cases.items()}, out[-3000:]

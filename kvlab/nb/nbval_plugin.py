@@ -26,6 +26,9 @@ def _patch_nbval() -> None:
 
     def compare_outputs(self, test, ref, skip_compare=None):
         default = notebook_tolerance(getattr(self.parent, "nb", {}).get("metadata"))
+        own = (getattr(self, "cell", None) or {}).get("metadata", {})
+        if (own.get("kvlab") or {}).keys() & {"float_rtol", "float_atol"}:
+            default = notebook_tolerance(own)  # a cell may declare its own (e.g. BF16 compute)
         return exact_compare(self, tolerate(test, ref, default, self.sanitize), ref, skip_compare)
 
     compare_outputs.kvlab_tolerance = True

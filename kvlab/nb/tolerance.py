@@ -15,7 +15,8 @@ Where the tolerance comes from:
   payload, exact results have none and compare exactly (JSON value and text alike);
 - any other output uses its notebook's: metadata {"kvlab": {"float_rtol": r, "float_atol": a}} declares that
   the notebook shows floats computed by torch or BLAS, and how far apart two CPUs may put them; a notebook
-  without it is compared exactly (its floats come from exact byte math or IEEE-deterministic Python).
+  without it is compared exactly (its floats come from exact byte math or IEEE-deterministic Python); a cell's
+  own metadata of the same form overrides its notebook's for that cell's outputs.
 """
 from __future__ import annotations
 
