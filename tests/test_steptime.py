@@ -57,6 +57,13 @@ def test_factory_falls_back_to_the_roofline():
         step_time("qwen3-next-80b-a3b", "H200", "vllm", source="aiconfigurator")
 
 
+@needs_aic
+def test_moe_under_tp_compiles():
+    """MoE models get moe_tp_size = tp (aiconfigurator refuses a TP width the experts do not match)."""
+    s = step_time("deepseek-v3", "H200", "vllm", tp=8)
+    assert s.name == "aiconfigurator" and s.step_ms(Step.decode_of(32, 4096)) > 0
+
+
 def test_without_aiconfigurator(monkeypatch):
     monkeypatch.setattr(aic, "available", lambda: False)
     assert step_time("qwen3-8b", "H200", "vllm").name == "roofline"

@@ -18,7 +18,7 @@ from .aiconfigurator import Aiconfigurator
 from .base import Chunk, Step, StepTime, StepTimeSource, parse_decode, parse_prefill
 from .roofline import Roofline
 
-SOURCES = {"aiconfigurator": Aiconfigurator, "roofline": Roofline}  # name -> StepTimeSource class
+SOURCES = {"aiconfigurator": Aiconfigurator, "roofline": Roofline}  # name -> StepTimeSource class (the choices)
 CHOICES = ("auto",) + tuple(SOURCES)
 
 __all__ = ["Chunk", "Step", "StepTime", "StepTimeSource", "SOURCES", "step_time", "parse_prefill", "parse_decode"]
@@ -33,8 +33,17 @@ def step_time(model, gpu: str, engine: str, tp: int = 1, kv_format: str | None =
     tp = need_int("tp", tp, 1)
     g = get_gpu(gpu)  # refuses an unknown GPU; a Gpu with overridden fields is priced by the roofline as given
     name = g.name.upper()
+    why = None
     if source == "auto":
-        source = "roofline" if aiconfigurator.why_not(model, name, engine, tp, kv_format) else "aiconfigurator"
+        why = aiconfigurator.why_not(model, name, engine, tp, kv_format)
+        if why is None:
+            try:
+                return Aiconfigurator(model, name, engine, tp, kv_format)
+            except ParameterError as e:  # covered by the matrix, but this parallelism does not compile
+                why = str(e)
+        source = "roofline"
     if source == "roofline":
-        return Roofline(model, g, engine, tp, kv_format, weights=weights)
-    return SOURCES[source](model, name, engine, tp, kv_format)
+        r = Roofline(model, g, engine, tp, kv_format, weights=weights)
+        r.why_not_aiconfigurator = why
+        return r
+    return Aiconfigurator(model, name, engine, tp, kv_format)

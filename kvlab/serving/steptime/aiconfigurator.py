@@ -93,9 +93,11 @@ def why_not(model, gpu: str, engine: str, tp: int, kv_format: str | None) -> str
 
 
 @functools.lru_cache(maxsize=64)
-def _handle(model_id: str, system: str, engine: str, tp: int, kv_mode: str | None):
+def _handle(model_id: str, system: str, engine: str, tp: int, kv_mode: str | None, moe: bool):
     from aiconfigurator_core.sdk.engine import EngineHandle
     kw = dict(EXTRA_KWARGS.get(model_id, {}))
+    if moe:  # experts tensor-parallel over the same ranks (vLLM's default without --enable-expert-parallel)
+        kw["moe_tp_size"] = tp
     if kv_mode is not None:
         kw["kvcache_quant_mode"] = kv_mode
     return EngineHandle.compile(model_id, system, engine, tp_size=tp, **kw)
@@ -114,9 +116,11 @@ class Aiconfigurator(StepTimeSource):
         self.model_id = MODEL_IDS[load_model(model).name]  # aiconfigurator's model id
         self.system = SYSTEMS[gpu.upper()]  # aiconfigurator's system name
         self.engine, self.tp, self.kv_mode = engine, tp, KV_MODES[kv_format]
+        from .roofline import moe_shape
+        moe = moe_shape(load_model(model))[0] > 0
         try:
-            self.handle = _handle(self.model_id, self.system, engine, tp, self.kv_mode)
-        except (ValueError, RuntimeError, KeyError) as e:
+            self.handle = _handle(self.model_id, self.system, engine, tp, self.kv_mode, moe)
+        except (ValueError, RuntimeError, KeyError, TypeError, NotImplementedError, AssertionError) as e:
             raise ParameterError(f"aiconfigurator cannot compile {self.model_id} on {self.system} {engine} TP {tp}: "
                                  f"{str(e).splitlines()[0][:200]}") from None
 
@@ -141,7 +145,7 @@ class Aiconfigurator(StepTimeSource):
                 osl = max(1, 2 * (ctx - isl))  # decode context isl + osl // 2 + 1
                 ms = h.mixed_step_latency(tokens * n_pre, n_dec, isl, osl, cached)
                 how = f"mixed_step_latency({tokens * n_pre}, {n_dec}, isl={isl}, osl={osl}, prefix={cached})"
-        except (ValueError, RuntimeError) as e:
+        except (ValueError, RuntimeError, KeyError, TypeError, AssertionError) as e:
             raise ParameterError(f"aiconfigurator cannot price {step.label()} ({where}): "
                                  f"{str(e).splitlines()[0][:200]}") from None
         return StepTime(float(ms), self.name, False, f"{where}: {how}")

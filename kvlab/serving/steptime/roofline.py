@@ -16,7 +16,7 @@ Peaks and bandwidth from data/hardware.json (bf16_tflops, or fp8_tflops for FP8 
 The three constants are assumptions fitted to aiconfigurator 0.12.0 (Qwen3-8B, H200, vLLM, TP 1, BF16: decode
 batches 1-256 at 1K-32K, prefill 512-16K); `kvlab.serving.steptime.calibrate` re-measures them. Errors against
 aiconfigurator on points it covers (CALIBRATION): mean 3.6% on the fit set, 5.3% held out on one GPU, 13-32% low
-at TP 4 (communication not modelled).
+at TP 4 (communication not modelled), and far low for MoE models at TP 4-8 (a lower bound there).
 """
 from __future__ import annotations
 
@@ -37,8 +37,10 @@ OVERHEAD_MS = 1.6  # assumption (fitted): per-step fixed cost (launches, samplin
 # Measured 2026-12-01 with kvlab.serving.steptime.calibrate (roofline / aiconfigurator - 1):
 CALIBRATION = ("fit set (Qwen3-8B H200 vLLM, 20 steps) mean |error| 3.6%, max 15%; held out (Qwen3-8B H200 "
                "SGLang / TRT-LLM, H100 and B200 vLLM, Llama-3.1-8B H200 vLLM, 25 steps) mean 5.3%, max 21% "
-               "(mixed steps and B200 prefill run low); Llama-3.1-70B H100 vLLM TP 4 13-32% low (TP all-reduce "
-               "not modelled)")
+               "(mixed steps and B200 prefill run low); L40S vLLM -22% to +5%; Llama-3.1-70B H100 vLLM TP 4 13-32% "
+               "low (TP all-reduce not modelled); MoE far low: DeepSeek-V3 H200 TP 8 -27% to -83%, "
+               "DeepSeek-V4-Flash B200 TP 4 -55% to -92% (expert and TP communication, small-batch MoE kernels "
+               "and per-layer costs not modelled: treat MoE roofline figures as lower bounds)")
 
 
 def _c(cfg: dict, *keys, default=0):
@@ -91,6 +93,7 @@ class Roofline(StepTimeSource):
         quant = self.spec.config.get("quantization_config") or {}
         self.dtype = "fp8" if isinstance(quant, dict) and quant.get("quant_method") == "fp8" else "bf16"
         self.peak = self.gpu.flops_per_s(self.dtype)  # FLOP/s
+        self.why_not_aiconfigurator = None  # set by step_time(source="auto"): why aiconfigurator was not used
 
     # --- counts -------------------------------------------------------------------------------------------------
     def weight_read_bytes(self, tokens: int) -> float:
@@ -145,4 +148,6 @@ class Roofline(StepTimeSource):
                 f"{self.kv_format or 'default'}{self.layout_note}; roofline at {self.memory_efficiency:g} of {self.gpu.hbm_tb_s:g} TB/s "
                 f"and {self.compute_efficiency:g} of {self.peak / 1e12:g} {self.dtype} TFLOPS + {self.overhead_ms:g} ms")
         parts["calibration"] = CALIBRATION
+        if self.why_not_aiconfigurator:
+            parts["why_not_aiconfigurator"] = self.why_not_aiconfigurator
         return StepTime(ms, self.name, True, note, parts)
