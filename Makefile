@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(MAKE) --no-print-directory torch
-	$(BIN)/python -m pip install -q -e '.[notebooks,hf,dev]'
+	$(BIN)/python -m pip install -q -e '.[notebooks,hf,dev,serving]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name kvlab --display-name "kvlab (Python)" >/dev/null
 	touch $(STAMP)
 

@@ -1,4 +1,4 @@
-"""Accelerator catalog: device memory, its bandwidth, host link, host DRAM and SSD bandwidth.
+"""Accelerator catalog: device memory, its bandwidth, dense tensor FLOPs, host link, host DRAM and SSD bandwidth.
 
 Figures live in data/hardware.json with a source for each; `get_gpu(name, **overrides)`
 returns a `Gpu` whose every field can be replaced, and `load_catalog(path)` reads another
@@ -16,6 +16,7 @@ from ..models import DATA_DIR
 
 HARDWARE_FILE = DATA_DIR / "hardware.json"
 FIELDS = ("hbm_gb", "hbm_tb_s", "host_link_gb_s", "host_dram_gb", "ssd_gb_s")
+OPTIONAL = ("bf16_tflops", "fp8_tflops")  # compute peaks (kvlab.serving.steptime's roofline); 0 = not given
 FIELD_MAX = 1e6  # no device comes near a million GB or TB/s; a bound keeps GB -> bytes within int range
 
 
@@ -30,6 +31,8 @@ class Gpu:
     host_link_gb_s: float  # GPU <-> host bandwidth per direction, GB/s
     host_dram_gb: float  # host DRAM per GPU available to a KV tier, GB
     ssd_gb_s: float  # SSD read bandwidth per GPU, GB/s
+    bf16_tflops: float = 0.0  # dense BF16 tensor-core peak, TFLOPS (1e12 FLOP/s; without sparsity); 0: unknown
+    fp8_tflops: float = 0.0  # dense FP8 tensor-core peak, TFLOPS; 0: unknown
     sources: dict = field(default_factory=dict, compare=False)  # field -> where its figure comes from
 
     @property
@@ -52,6 +55,13 @@ class Gpu:
     def ssd_bytes_per_s(self) -> float:
         return self.ssd_gb_s * 1e9
 
+    def flops_per_s(self, dtype: str = "bf16") -> float:
+        """Dense tensor peak for "bf16" or "fp8" matmuls, FLOP/s (a ParameterError when the catalog lacks it)."""
+        tf = getattr(self, f"{dtype}_tflops", None)
+        if not tf:
+            raise ParameterError(f"GPU {self.name}: no {dtype}_tflops figure; pass {dtype}_tflops= (TFLOPS) to get_gpu")
+        return tf * 1e12
+
 
 def load_catalog(path: str | Path = HARDWARE_FILE) -> dict[str, Gpu]:
     """Every GPU in a hardware JSON file, by upper-case name."""
@@ -70,12 +80,13 @@ def load_catalog(path: str | Path = HARDWARE_FILE) -> dict[str, Gpu]:
         if missing:
             raise ParameterError(f"{path}: GPU {name!r} lacks {', '.join(missing)}")
         out[name.upper()] = _checked(Gpu(name, d.get("description", name), *(d[f] for f in FIELDS),
+                                         **{f: d[f] for f in OPTIONAL if f in d},
                                          sources=dict(d.get("sources", {}))))
     return out
 
 
 def _checked(g: Gpu) -> Gpu:
-    for f in FIELDS:
+    for f in FIELDS + OPTIONAL:
         need_number(f"GPU {g.name}: {f}", getattr(g, f), 0.0, FIELD_MAX, lo_open=f == "hbm_gb")
     return g
 
@@ -94,9 +105,9 @@ def get_gpu(name: str | Gpu, path: str | Path = HARDWARE_FILE, **overrides) -> G
         if key not in cat:
             raise ParameterError(f"unknown GPU {name!r}; choose one of {', '.join(cat)}")
         g = cat[key]
-    bad = [k for k in overrides if k not in FIELDS]
+    bad = [k for k in overrides if k not in FIELDS + OPTIONAL]
     if bad:
-        raise ParameterError(f"unknown GPU field {bad[0]!r}; fields are {', '.join(FIELDS)}")
+        raise ParameterError(f"unknown GPU field {bad[0]!r}; fields are {', '.join(FIELDS + OPTIONAL)}")
     if overrides:
         src = dict(g.sources)
         src.update({k: "override" for k in overrides})

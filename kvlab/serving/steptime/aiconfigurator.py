@@ -1,0 +1,151 @@
+"""Step times from NVIDIA aiconfigurator's measured operation data (PyPI aiconfigurator-core 0.12.0, Apache-2.0;
+the optional extra `kvlab[serving]`, installed by `make`).
+
+One `aiconfigurator_core.sdk.engine.EngineHandle.compile(model_id, system, backend, tp_size=...,
+kvcache_quant_mode=...)` per combination; a step maps onto its queries (sdk/engine.py):
+  prefill only   predict_prefill_latency(batch, isl=cached + tokens, prefix=cached)
+  decode only    decode_step_latency(batch, isl=context, osl=1): evaluated at isl + osl // 2 + 1 = context + 1
+                 keys, the cached tokens and the new one
+  mixed          mixed_step_latency(ctx_tokens, n_decode, isl, osl, prefix): aiconfigurator's average-request
+                 model (sdk/rust_engine_step.py: non-attention ops on all tokens, context attention of an
+                 isl-token prompt / ceil(isl / ctx_tokens), decode attention at isl + osl // 2 + 1); kvlab passes
+                 isl = cached + tokens of the mean chunk, prefix = its cached tokens and the osl that puts the
+                 decode context at the mean decode context (at least isl + 1)
+Chunks or decode contexts that differ within a step are priced at their mean (aiconfigurator takes one length).
+Coverage: systems/support_matrix/<system>.csv rows with Mode agg and Status PASS at the backend's default version.
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import importlib.util
+from pathlib import Path
+
+from ...errors import ParameterError
+from ...models import load_model
+from .base import Step, StepTime, StepTimeSource
+
+# kvlab catalog name -> aiconfigurator model id (its model_configs/ and support matrix)
+MODEL_IDS = {
+    "qwen3-8b": "Qwen/Qwen3-8B",
+    "llama-3.1-8b": "meta-llama/Meta-Llama-3.1-8B",
+    "llama-3.1-70b": "meta-llama/Meta-Llama-3.1-70B",
+    "deepseek-v3": "deepseek-ai/DeepSeek-V3",
+    "deepseek-v3.2": "deepseek-ai/DeepSeek-V3.2",
+    "deepseek-v4-flash": "deepseek-ai/DeepSeek-V4-Flash",
+    "deepseek-v4-pro": "deepseek-ai/DeepSeek-V4-Pro",
+    "gpt-oss-20b": "openai/gpt-oss-20b",
+    "gpt-oss-120b": "openai/gpt-oss-120b",
+}
+SYSTEMS = {"H100": "h100_sxm", "H200": "h200_sxm", "B200": "b200_sxm", "L40S": "l40s"}  # kvlab GPU -> system
+# kvlab KV format (None: the model's dtype) -> kvcache_quant_mode (sdk/common.py KVCacheQuantMode)
+KV_MODES = {None: None, "bf16": "bfloat16", "fp8_e4m3": "fp8", "int8": "int8"}
+EXTRA_KWARGS = {"deepseek-ai/DeepSeek-V3": dict(fmha_quant_mode="bfloat16")}  # the SDK needs it (serving.md)
+
+
+def available() -> bool:
+    """True when aiconfigurator-core is importable."""
+    return importlib.util.find_spec("aiconfigurator_core") is not None
+
+
+def _root() -> Path:
+    return Path(importlib.util.find_spec("aiconfigurator_core").origin).parent
+
+
+@functools.lru_cache(maxsize=None)
+def _default_version(system: str, backend: str) -> str | None:
+    from aiconfigurator_core.sdk import engine
+    try:
+        return engine._literal_backend_version(system, backend, None, None, None)
+    except (ValueError, KeyError, OSError):
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def support(system: str) -> dict:
+    """(model id, backend, version) -> status for aggregated serving, from the support matrix."""
+    path = _root() / "systems" / "support_matrix" / f"{system}.csv"
+    if not path.exists():
+        return {}
+    with path.open(newline="", encoding="utf-8") as f:
+        return {(r["HuggingFaceID"], r["Backend"], r["Version"]): r["Status"] for r in csv.DictReader(f)
+                if r["Mode"] == "agg"}
+
+
+def why_not(model, gpu: str, engine: str, tp: int, kv_format: str | None) -> str | None:
+    """None when aiconfigurator covers the combination, else the reason in one clause."""
+    if not available():
+        return "aiconfigurator-core is not installed (pip install 'kvlab[serving]')"
+    name = load_model(model).name
+    if name not in MODEL_IDS:
+        return f"aiconfigurator has no model for {name!r} (it covers {', '.join(MODEL_IDS)})"
+    if gpu.upper() not in SYSTEMS:
+        return f"aiconfigurator has no data for GPU {gpu} (it covers {', '.join(SYSTEMS)})"
+    if kv_format not in KV_MODES:
+        return f"aiconfigurator has no KV mode for {kv_format!r} (it prices {', '.join(k or 'the model dtype' for k in KV_MODES)})"
+    system = SYSTEMS[gpu.upper()]
+    version = _default_version(system, engine)
+    status = support(system).get((MODEL_IDS[name], engine, version))
+    if status != "PASS":
+        return (f"aiconfigurator's support matrix lists {MODEL_IDS[name]} on {system} {engine} {version} as "
+                f"{status or 'absent'}")
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _handle(model_id: str, system: str, engine: str, tp: int, kv_mode: str | None, moe: bool):
+    from aiconfigurator_core.sdk.engine import EngineHandle
+    kw = dict(EXTRA_KWARGS.get(model_id, {}))
+    if moe:  # experts tensor-parallel over the same ranks (vLLM's default without --enable-expert-parallel)
+        kw["moe_tp_size"] = tp
+    if kv_mode is not None:
+        kw["kvcache_quant_mode"] = kv_mode
+    return EngineHandle.compile(model_id, system, engine, tp_size=tp, **kw)
+
+
+class Aiconfigurator(StepTimeSource):
+    """aiconfigurator's engine model for one combination it covers (a ParameterError otherwise)."""
+
+    name = "aiconfigurator"
+    estimate = False
+
+    def __init__(self, model, gpu: str, engine: str, tp: int = 1, kv_format: str | None = None):
+        reason = why_not(model, gpu, engine, tp, kv_format)
+        if reason:
+            raise ParameterError(f"step-time source aiconfigurator: {reason}")
+        self.model_id = MODEL_IDS[load_model(model).name]  # aiconfigurator's model id
+        self.system = SYSTEMS[gpu.upper()]  # aiconfigurator's system name
+        self.engine, self.tp, self.kv_mode = engine, tp, KV_MODES[kv_format]
+        from .roofline import moe_shape
+        moe = moe_shape(load_model(model))[0] > 0
+        try:
+            self.handle = _handle(self.model_id, self.system, engine, tp, self.kv_mode, moe)
+        except (ValueError, RuntimeError, KeyError, TypeError, NotImplementedError, AssertionError) as e:
+            raise ParameterError(f"aiconfigurator cannot compile {self.model_id} on {self.system} {engine} TP {tp}: "
+                                 f"{str(e).splitlines()[0][:200]}") from None
+
+    def time(self, step: Step) -> StepTime:
+        h = self.handle
+        n_pre, n_dec = len(step.prefill), len(step.decode)
+        where = f"{self.model_id} on {self.system}, {self.engine}, TP {self.tp}, KV {self.kv_mode or 'model dtype'}"
+        if n_pre:
+            tokens = round(sum(c.tokens for c in step.prefill) / n_pre)
+            cached = round(sum(c.cached for c in step.prefill) / n_pre)
+        if n_dec:
+            ctx = round(sum(step.decode) / n_dec)
+        try:
+            if not n_dec:
+                ms = h.predict_prefill_latency(n_pre, cached + tokens, cached)
+                how = f"predict_prefill_latency({n_pre}, isl={cached + tokens}, prefix={cached})"
+            elif not n_pre:
+                ms = h.decode_step_latency(n_dec, ctx, 1)
+                how = f"decode_step_latency({n_dec}, isl={ctx}, osl=1)"
+            else:
+                isl = cached + tokens
+                osl = max(1, 2 * (ctx - isl))  # decode context isl + osl // 2 + 1
+                ms = h.mixed_step_latency(tokens * n_pre, n_dec, isl, osl, cached)
+                how = f"mixed_step_latency({tokens * n_pre}, {n_dec}, isl={isl}, osl={osl}, prefix={cached})"
+        except (ValueError, RuntimeError, KeyError, TypeError, AssertionError) as e:
+            raise ParameterError(f"aiconfigurator cannot price {step.label()} ({where}): "
+                                 f"{str(e).splitlines()[0][:200]}") from None
+        return StepTime(float(ms), self.name, False, f"{where}: {how}")

@@ -1,0 +1,153 @@
+"""A roofline estimate of one step from kvlab's own counts, for what aiconfigurator does not cover.
+
+  t = OVERHEAD_MS + max(FLOPs / (peak x COMPUTE_EFFICIENCY), bytes / (bandwidth x MEMORY_EFFICIENCY))
+per GPU of a TP group (pipeline stages and TP communication are not modelled), where
+  bytes   weights read once per step (this GPU's 1/TP share; an MoE reads its shared experts and the routed
+          experts the step's tokens touch, E x (1 - (1 - k/E)^tokens) of E under uniform routing) + the KV the
+          step reads: every decode request's and every chunk's cached context as kvlab's layout holds it on this
+          GPU (kvlab.engines.allocate under the engine, `layout.session(context).total`: growing + bounded state,
+          so a KV format changes this term by exactly its bytes; a sparse model's selected entries are not singled
+          out, the held cache is read)
+  FLOPs   2 x active parameters per computed token (attention and MLP projections, the active experts, the LM
+          head) / TP, + attention over the keys each new token sees: 4 x heads x key width per key per attention
+          layer / TP (MLA absorbed: 2 x heads x (2 x kv_lora_rank + rope)); windows cap the keys; DeepSeek V4 /
+          V4.1 layouts take the context part of kvlab.attention.flops.decode_flops (compressed entries, indexer)
+Peaks and bandwidth from data/hardware.json (bf16_tflops, or fp8_tflops for FP8 checkpoints; hbm_tb_s).
+The three constants are assumptions fitted to aiconfigurator 0.12.0 (Qwen3-8B, H200, vLLM, TP 1, BF16: decode
+batches 1-256 at 1K-32K, prefill 512-16K); `kvlab.serving.steptime.calibrate` re-measures them. Errors against
+aiconfigurator on points it covers (CALIBRATION): mean 3.6% on the fit set, 5.3% held out on one GPU, 13-32% low
+at TP 4 (communication not modelled), and far low for MoE models at TP 4-8 (a lower bound there).
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from ...checks import need_number
+from ...engines import ENGINES, allocate
+from ...errors import KvlabError, ParameterError
+from ...layout import Shard
+from ...models import load_model
+from ..capacity import weight_bytes
+from ..hardware import get_gpu
+from .base import Step, StepTime, StepTimeSource
+
+MEMORY_EFFICIENCY = 0.92  # assumption (fitted): share of hbm_tb_s a step's weight and KV reads achieve
+COMPUTE_EFFICIENCY = 0.80  # assumption (fitted): share of the dense tensor peak a step's matmuls achieve
+OVERHEAD_MS = 1.6  # assumption (fitted): per-step fixed cost (launches, sampling, scheduling), ms
+# Measured 2026-12-01 with kvlab.serving.steptime.calibrate (roofline / aiconfigurator - 1):
+CALIBRATION = ("fit set (Qwen3-8B H200 vLLM, 20 steps) mean |error| 3.6%, max 15%; held out (Qwen3-8B H200 "
+               "SGLang / TRT-LLM, H100 and B200 vLLM, Llama-3.1-8B H200 vLLM, 25 steps) mean 5.3%, max 21% "
+               "(mixed steps and B200 prefill run low); L40S vLLM -22% to +5%; Llama-3.1-70B H100 vLLM TP 4 13-32% "
+               "low (TP all-reduce not modelled); MoE far low: DeepSeek-V3 H200 TP 8 -27% to -83%, "
+               "DeepSeek-V4-Flash B200 TP 4 -55% to -92% (expert and TP communication, small-batch MoE kernels "
+               "and per-layer costs not modelled: treat MoE roofline figures as lower bounds)")
+
+
+def _c(cfg: dict, *keys, default=0):
+    for k in keys:
+        v = cfg.get(k)
+        if v:
+            return v
+    return default
+
+
+def moe_shape(spec) -> tuple[int, int, float]:
+    """(routed experts E, experts per token k, parameters of all routed experts) from the config; (0, 0, 0) dense."""
+    c = spec.config
+    e = _c(c, "n_routed_experts", "num_experts", "num_local_experts")
+    if not e:
+        return 0, 0, 0.0
+    k = _c(c, "num_experts_per_tok", "experts_per_token", default=1)
+    inter = _c(c, "moe_intermediate_size", "intermediate_size")
+    period = c.get("expert_layer_period")
+    layers = spec.num_layers // period if period else spec.num_layers - (c.get("first_k_dense_replace") or 0)
+    return e, k, float(layers * e * 3 * spec.hidden_size * inter)
+
+
+class Roofline(StepTimeSource):
+    """The roofline for one (model, GPU, engine, TP, KV format); every figure is an estimate."""
+
+    name = "roofline"
+    estimate = True
+
+    def __init__(self, model, gpu, engine: str, tp: int = 1, kv_format: str | None = None, *,
+                 memory_efficiency: float = MEMORY_EFFICIENCY, compute_efficiency: float = COMPUTE_EFFICIENCY,
+                 overhead_ms: float = OVERHEAD_MS, weights: int | None = None):
+        if engine not in ENGINES:
+            raise ParameterError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+        self.spec = load_model(model)  # the model
+        self.gpu = get_gpu(gpu)  # the accelerator (hardware table)
+        self.engine, self.tp, self.kv_format = engine, tp, kv_format
+        self.memory_efficiency = need_number("memory_efficiency", memory_efficiency, 0.0, 1.0, lo_open=True)
+        self.compute_efficiency = need_number("compute_efficiency", compute_efficiency, 0.0, 1.0, lo_open=True)
+        self.overhead_ms = need_number("overhead_ms", overhead_ms, 0.0, 1e6)
+        try:  # this GPU's cache layout: the engine's, else the model's own storage (no published engine layout)
+            self.alloc, self.layout_note = allocate(self.spec, None, kv_format, engine, shard=Shard(tp)), ""
+        except KvlabError as e:
+            self.alloc = allocate(self.spec, "storage", kv_format, shard=Shard(tp))
+            self.layout_note = f"; KV counted as the model stores it ({str(e).split(';')[0]})"
+        w = weight_bytes(self.spec) if weights is None else None
+        self.weight_bytes = w.nbytes if w else int(weights)  # whole-model weight bytes
+        self.params = w.params if w else self.weight_bytes / 2  # total parameters (weights given: 2 B each)
+        self.experts, self.top_k, self.routed_params = moe_shape(self.spec)
+        quant = self.spec.config.get("quantization_config") or {}
+        self.dtype = "fp8" if isinstance(quant, dict) and quant.get("quant_method") == "fp8" else "bf16"
+        self.peak = self.gpu.flops_per_s(self.dtype)  # FLOP/s
+        self.why_not_aiconfigurator = None  # set by step_time(source="auto"): why aiconfigurator was not used
+
+    # --- counts -------------------------------------------------------------------------------------------------
+    def weight_read_bytes(self, tokens: int) -> float:
+        """Weight bytes this GPU reads in a step computing `tokens` tokens."""
+        per_param = self.weight_bytes / self.params
+        if not self.experts:
+            return self.weight_bytes / self.tp
+        touched = 1 - (1 - self.top_k / self.experts) ** tokens
+        routed = self.routed_params * per_param
+        return ((self.weight_bytes - routed) + routed * touched) / self.tp
+
+    def kv_read_bytes(self, step: Step) -> int:
+        """KV bytes this GPU reads: every request's cached context as the layout holds it."""
+        ctx = Counter(step.decode) + Counter(c.cached for c in step.prefill if c.cached)
+        return sum(k * self.alloc.layout.session(n).total for n, k in ctx.items())
+
+    def active_params(self) -> float:
+        if not self.experts:
+            return self.params
+        return self.params - self.routed_params * (1 - self.top_k / self.experts)
+
+    def _keys_flops(self, keys: float, context: int) -> float:
+        """Attention FLOPs (whole model) of one new token seeing `keys` keys at `context` cached tokens."""
+        s = self.spec
+        if s.compress_ratios:  # DeepSeek V4 / V4.1: compressed entries, windows and the indexer
+            from ...attention.flops import decode_flops
+            return decode_flops(s, max(int(context), 1)).context
+        width = 2 * (2 * s.kv_lora_rank + (s.qk_rope_head_dim or 0)) if s.kv_lora_rank else 4 * s.head_dim
+        layers = [w for w, k in zip(s.layer_windows or [None] * s.num_layers, s.layer_kinds or ["attention"] *
+                                    s.num_layers) if k in ("attention", "hybrid")]
+        return sum(width * s.num_heads * (min(keys, w) if w else keys) for w in layers)
+
+    def flops(self, step: Step) -> float:
+        """FLOPs this GPU computes in the step."""
+        f = 2 * self.active_params() * step.tokens
+        for n, k in Counter(step.decode).items():
+            f += k * self._keys_flops(n + 1, n)
+        for c in step.prefill:  # causal: the chunk's tokens see cached + 1 .. cached + tokens keys
+            f += c.tokens * self._keys_flops(c.cached + (c.tokens + 1) / 2, c.cached + c.tokens // 2)
+        return f / self.tp
+
+    def time(self, step: Step) -> StepTime:
+        wb, kv, fl = self.weight_read_bytes(step.tokens), self.kv_read_bytes(step), self.flops(step)
+        mem_ms = (wb + kv) / (self.gpu.hbm_bytes_per_s * self.memory_efficiency) * 1e3
+        cmp_ms = fl / (self.peak * self.compute_efficiency) * 1e3
+        ms = self.overhead_ms + max(mem_ms, cmp_ms)
+        parts = dict(weight_bytes=wb, kv_bytes=kv, flops=fl, memory_ms=mem_ms, compute_ms=cmp_ms,
+                     overhead_ms=self.overhead_ms, bound="memory" if mem_ms >= cmp_ms else "compute",
+                     memory_efficiency=self.memory_efficiency, compute_efficiency=self.compute_efficiency,
+                     peak_tflops=self.peak / 1e12, hbm_tb_s=self.gpu.hbm_tb_s)
+        note = (f"estimate: {self.spec.name} on {self.gpu.name}, {self.engine}, TP {self.tp}, KV "
+                f"{self.kv_format or 'default'}{self.layout_note}; roofline at {self.memory_efficiency:g} of {self.gpu.hbm_tb_s:g} TB/s "
+                f"and {self.compute_efficiency:g} of {self.peak / 1e12:g} {self.dtype} TFLOPS + {self.overhead_ms:g} ms")
+        parts["calibration"] = CALIBRATION
+        if self.why_not_aiconfigurator:
+            parts["why_not_aiconfigurator"] = self.why_not_aiconfigurator
+        return StepTime(ms, self.name, True, note, parts)
