@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import functools
 import importlib.util
+import logging
 from pathlib import Path
 
 from ...errors import ParameterError
@@ -100,7 +101,13 @@ def _handle(model_id: str, system: str, engine: str, tp: int, kv_mode: str | Non
         kw["moe_tp_size"] = tp
     if kv_mode is not None:
         kw["kvcache_quant_mode"] = kv_mode
-    return EngineHandle.compile(model_id, system, engine, tp_size=tp, **kw)
+    log = logging.getLogger("aiconfigurator_core")  # its table loader warns about every cross-backend fill it uses
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        return EngineHandle.compile(model_id, system, engine, tp_size=tp, **kw)
+    finally:
+        log.setLevel(level)
 
 
 class Aiconfigurator(StepTimeSource):
