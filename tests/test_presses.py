@@ -219,3 +219,31 @@ def test_eval_cli_press(capsys):
     assert main(["eval", str(CHECKPOINT), "--keep", "0.5"]) == 2
     assert "--keep / --keep-bytes are a press's budget: give --press too" in capsys.readouterr().err
     assert main(["eval", str(CHECKPOINT), "--press", "snapkv", "--keep", "2.5"]) == 2
+
+
+def tiny(model_type, **kw):
+    base = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=32)
+    torch.manual_seed(0)
+    cfg = AutoConfig.for_model(model_type, **{**base, **kw})
+    return AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16, attn_implementation="sdpa").eval()
+
+
+def test_sliding_layers_keep_their_window():
+    """Gemma 3: the press acts on the full-attention layer; the sliding ones keep their window."""
+    m = tiny("gemma3_text", sliding_window=8, query_pre_attn_scalar=32,
+             layer_types=["sliding_attention", "sliding_attention", "full_attention"])
+    cache = make_cache(m, press="snapkv", keep=0.25, kv_format="nvfp4", press_options=dict(window_size=16))
+    x = ids(80)
+    forward(m, cache, x[:, :70])
+    forward(m, cache, x[:, 70:75])
+    check_held(cache)
+    assert [layer.held_tokens for layer in cache.layers] == [7, 7, 17 + 5]
+
+
+def test_mla_refused():
+    m = tiny("deepseek_v3", num_key_value_heads=4, kv_lora_rank=48, q_lora_rank=None, qk_rope_head_dim=16,
+             qk_nope_head_dim=16, v_head_dim=16, moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
+             n_group=1, topk_group=1, first_k_dense_replace=1, num_hidden_layers=2)
+    with pytest.raises(ParameterError, match="press knorm scores dense K/V heads; this deepseek_v3 model caches an MLA"):
+        make_cache(m, press="knorm", keep=0.5)

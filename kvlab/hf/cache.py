@@ -410,6 +410,9 @@ class KvlabCache(Cache):
             if not self.mech.dense:
                 raise ParameterError(f"give a press or a mechanism, not both (press {press.label()}, mechanism "
                                      f"{self.mech.label()})")
+            if self.kind == "mla":
+                raise ParameterError(f"press {press.press.name} scores dense K/V heads; this {self.config.model_type} "
+                                     "model caches an MLA latent shared by its heads (use a dense model)")
             if not any(self.full):
                 raise ParameterError(f"press {press.press.name} acts on full-attention layers; this "
                                      f"{self.config.model_type} model has none")
