@@ -28,6 +28,7 @@ PRESSES: dict[str, type[Press]] = {p.name: p for p in (
 ALIASES = {"streamingllm": "streaming_llm", "observed_attention": "h2o", "expected": "expected_attention",
            "expectedattention": "expected_attention", "observedattention": "h2o"}
 WRAPPERS = ("adakv", "chunkkv")  # presses over an inner scorer
+DECODING = tuple(n for n, p in PRESSES.items() if p.decodes)  # defined as decode-time eviction too
 
 
 def _name(text: str) -> str:
@@ -69,8 +70,12 @@ def make_plan(press, keep=None, keep_bytes=None, mode: str = "prefill", options:
     """A press with its budget and mode (validated before any model runs)."""
     if options is not None and not isinstance(options, dict):
         raise ParameterError(f"press_options must be a dict of the press's fields, got {options!r}")
-    return PressPlan(get_press(press, **dict(options or {})), Budget(keep, keep_bytes), mode)
+    p = get_press(press, **dict(options or {}))
+    if mode == "decode" and not p.decodes:
+        raise ParameterError(f"press {p.name} compresses the context at prefill; decode-time eviction is defined for "
+                             f"{', '.join(DECODING)}")
+    return PressPlan(p, Budget(keep, keep_bytes), mode)
 
 
-__all__ = ["PRESSES", "Budget", "Press", "PressInput", "PressPlan", "PressRun", "check_attention", "get_press",
+__all__ = ["DECODING", "PRESSES", "Budget", "Press", "PressInput", "PressPlan", "PressRun", "check_attention", "get_press",
            "layer_bytes", "make_plan"]

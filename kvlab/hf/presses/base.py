@@ -133,6 +133,9 @@ class Press:
     def check(self, t: int) -> None:
         """Refuse a context this press cannot score (one line naming the press and the length)."""
 
+    def observe(self, x: PressInput) -> None:
+        """Decode-time eviction: take in this forward before scoring (H2O accumulates its attention sums)."""
+
     def layer_budget(self, layer: int, layers: int, t: int, n: int, keep: float) -> int:
         """Tokens layer `layer` keeps of t when the budget gives n, the fraction `keep` of t (PyramidKV spreads
         them over layers)."""
@@ -169,7 +172,7 @@ class PressPlan:
         need_choice("press mode", self.mode, MODES)
         if self.mode == "decode" and not self.press.decodes:
             raise ParameterError(f"press {self.press.name} compresses the context at prefill; decode-time eviction "
-                                 f"is defined for {', '.join(decoding_presses())}")
+                                 "is defined for presses with decodes = True (kvlab.hf.presses.DECODING)")
 
     def resolve(self, t: int, layout: Layout, batch: int) -> dict:
         """Tokens each layer keeps of a context of t: {layer: n} (a byte budget: the most tokens whose
@@ -211,8 +214,3 @@ class PressPlan:
 
     def label(self) -> str:
         return f"{self.press.label()} keep {self.budget.label()}" + (" (decode)" if self.mode == "decode" else "")
-
-
-def decoding_presses() -> list[str]:
-    from . import PRESSES
-    return [n for n, p in PRESSES.items() if p.decodes]

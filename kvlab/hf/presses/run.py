@@ -62,12 +62,10 @@ class PressRun:
         first = self.forwards == 0
         if plan.mode == "prefill" and not first:
             return
-        if "queries" in press.needs and query.shape[2] < 1:
-            return
         x = self.inputs(query, key, value, scale)
         held = key.shape[2]
         if plan.mode == "decode":
-            press.observe(x) if hasattr(press, "observe") else None
+            press.observe(x)
             if held <= n:
                 return
         elif n >= held:
