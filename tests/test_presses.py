@@ -247,3 +247,13 @@ def test_mla_refused():
              n_group=1, topk_group=1, first_k_dense_replace=1, num_hidden_layers=2)
     with pytest.raises(ParameterError, match="press knorm scores dense K/V heads; this deepseek_v3 model caches an MLA"):
         make_cache(m, press="knorm", keep=0.5)
+
+
+def test_reset_starts_a_new_context(model):
+    """After cache.reset() the next first forward is a new context, compressed by its own length."""
+    cache = make_cache(model, press="knorm", keep=0.5)
+    forward(model, cache, ids(CONTEXT))
+    cache.reset()
+    forward(model, cache, ids(40, seed=9))
+    check_held(cache)
+    assert cache.press.context == 40 and all(layer.held_tokens == 20 for layer in cache.layers)

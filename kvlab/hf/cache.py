@@ -360,8 +360,10 @@ class KvlabLayer(CacheLayerMixin):
         self.streams, self.pools, self.cumulative_length, self.is_initialized = {}, {}, 0, False
         self.keys_info = None
         self._pos = self.readable = None
-        if self.press_run is not None:
-            self.press_run = PressRun(self.press_run.plan, self, self.press_run.index)
+        if self.press_run is not None:  # a new sequence: its first forward is a new context
+            plan = self.press_run.plan
+            plan.context, plan.kept = None, {}
+            self.press_run = PressRun(plan, self, self.press_run.index)
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         for s in (*self.streams.values(), *self.pools.values()):
@@ -405,7 +407,6 @@ class KvlabCache(Cache):
             layers.append(KvlabLayer(lc, self.kind, window, self.mech if full else DENSE, dtype))
         super().__init__(layers=layers)
         self.press = press  # a press and its budget (kvlab.hf.presses), acting on the full-attention layers
-        self.runs: list[PressRun] = []  # one per layer it acts on
         if press is not None:
             if not self.mech.dense:
                 raise ParameterError(f"give a press or a mechanism, not both (press {press.label()}, mechanism "
@@ -420,7 +421,6 @@ class KvlabCache(Cache):
             for i, (lyr, full) in enumerate(zip(self.layers, self.full)):
                 if full:
                     lyr.press_run = PressRun(press, lyr, i)
-                    self.runs.append(lyr.press_run)
 
     def _build(self, dtype: torch.dtype) -> Layout:
         spec = hf_spec(self.config, dtype, self.mech.window)
@@ -445,6 +445,11 @@ class KvlabCache(Cache):
         out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
         self._last = layer.keys_info
         return out
+
+    @property
+    def runs(self) -> list[PressRun]:
+        """The press at work in each layer it acts on (kvlab.hf.presses.run)."""
+        return [layer.press_run for layer in self.layers if layer.press_run is not None]
 
     @property
     def dtype(self) -> torch.dtype:
