@@ -77,5 +77,6 @@ def make_plan(press, keep=None, keep_bytes=None, mode: str = "prefill", options:
     return PressPlan(p, Budget(keep, keep_bytes), mode)
 
 
-__all__ = ["DECODING", "PRESSES", "Budget", "Press", "PressInput", "PressPlan", "PressRun", "check_attention", "get_press",
+__all__ = ["DECODING", "PRESSES", "Budget", "Press", "PressInput", "PressPlan", "PressRun", "check_attention",
+           "get_press",
            "layer_bytes", "make_plan"]
