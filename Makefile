@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvlab-installed
 export PYTHONHASHSEED := 0
 
-.PHONY: setup run test test-matrix lab bench notebooks figures gpu-check train clean
+.PHONY: setup run test test-matrix lab bench notebooks figures gpu-check train clean oracle-kvpress
 
 setup: $(STAMP)
 
@@ -81,5 +81,20 @@ notebooks: setup
 train: setup
 	$(BIN)/kvlab train all --threads 1 --quiet
 
+# kvpress (NVIDIA/kvpress, PyPI 0.5.5) as the oracle of kvlab.hf.presses: it pins transformers < 5.3, so it lives in a
+# venv of its own (about 2.5 min and 1.4 GB to build on first use), and tests/test_kvpress_oracle.py runs its presses
+# there on the committed qwen3-tiny checkpoint and compares their kept positions with kvlab's, per layer and KV head.
+KVPRESS_VENV ?= .venv-kvpress
+KVPRESS_STAMP := $(KVPRESS_VENV)/.kvpress-installed
+$(KVPRESS_STAMP):
+	test -x $(KVPRESS_VENV)/bin/python || $(PYTHON) -m venv $(KVPRESS_VENV)
+	$(KVPRESS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(MAKE) --no-print-directory torch BIN=$(KVPRESS_VENV)/bin
+	$(KVPRESS_VENV)/bin/python -m pip install -q kvpress==0.5.5 transformers==5.2.0 accelerate peft datasets
+	touch $(KVPRESS_STAMP)
+
+oracle-kvpress: setup $(KVPRESS_STAMP)
+	KVLAB_KVPRESS_PYTHON=$(KVPRESS_VENV)/bin/python $(BIN)/python -m pytest -p no:xdist tests/test_kvpress_oracle.py -q
+
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(KVPRESS_VENV) runs

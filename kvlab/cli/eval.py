@@ -1,9 +1,23 @@
 """`kvlab eval`: a model's perplexity, task accuracy, bytes held and decode speed with a kvlab cache."""
 from __future__ import annotations
 
+import argparse
 import json
+import math
 
 from .args import count
+
+
+def keep_budget(s: str) -> float | int:
+    """--keep: a fraction in (0, 1) of the context's tokens, or a whole number of tokens >= 1."""
+    try:
+        v = float(s.replace(",", "").replace("_", ""))
+    except ValueError:
+        v = math.nan
+    if not math.isfinite(v) or v <= 0 or (v >= 1 and v != int(v)):
+        raise argparse.ArgumentTypeError(f"--keep must be a fraction in (0, 1) or a whole number of tokens >= 1, "
+                                         f"got {s!r}")
+    return v if v < 1 else int(v)
 
 
 def register(sub) -> None:
@@ -20,6 +34,18 @@ def register(sub) -> None:
                    help="tokens quantized together as they leave the residual (faster decoding; they wait in BF16)")
     p.add_argument("--mechanism", default=None,
                    help="window=W, topk=K, capped=BxS,topk=K, csa=M,topk=K,window=W or hca=M,window=W")
+    p.add_argument("--press", default=None,
+                   help="token eviction on full-attention layers: streaming_llm, knorm, snapkv, tova, h2o, "
+                        "expected_attention, random, pyramidkv, adakv, keydiff, lagkv, chunkkv (kvlab.hf.presses)")
+    p.add_argument("--keep", type=keep_budget, default=None,
+                   help="the press's budget: < 1 the fraction of the context's tokens kept, >= 1 a token count")
+    p.add_argument("--keep-bytes", type=count("--keep-bytes", 1), default=None,
+                   help="the press's budget as bytes the cache holds after compressing the context")
+    p.add_argument("--press-mode", choices=("prefill", "decode"), default="prefill",
+                   help="prefill: compress the context once (kvpress); decode: evict back to the budget after "
+                        "every forward (h2o, tova, streaming_llm)")
+    p.add_argument("--context", type=count("--context", 1), default=None,
+                   help="with a press: tokens of each window prefilled as its context (default: half)")
     p.add_argument("--tokens", type=count("--tokens"), default=512, help="tokens per held-out window (and task "
                                                                            "sample)")
     p.add_argument("--windows", type=count("--windows"), default=8,
@@ -40,12 +66,14 @@ def cmd_eval(args) -> int:
         raise ParameterError("give --kv-format, or --k-format and --v-format, not both")
     r = evaluate(args.model, args.kv_format, args.k_format, args.v_format, args.residual, args.mechanism,
                  tokens=args.tokens, task=args.task, samples=args.samples, chunk=args.chunk, block=args.block,
-                 decode_steps=args.decode_steps, device=args.device, windows=args.windows)
+                 decode_steps=args.decode_steps, device=args.device, windows=args.windows, press=args.press,
+                 keep=args.keep, keep_bytes=args.keep_bytes, press_mode=args.press_mode, context=args.context)
     if args.json:
         print(json.dumps(r.as_dict(), indent=2))
         return 0
     ref = "BF16 Stack" if r.mechanism.startswith("v41") else "BF16 DynamicCache"
-    print(f"{r.model}: {r.kv_format}, {r.mechanism}; {r.windows} windows of {r.tokens:,} tokens of {r.text}, "
+    press = f", press {r.press} (context {r.context:,} tokens)" if r.press else ""
+    print(f"{r.model}: {r.kv_format}, {r.mechanism}{press}; {r.windows} windows of {r.tokens:,} tokens of {r.text}, "
           f"chunks of {r.chunk} (95% intervals)")
     lo, hi = r.perplexity_ci
     clo, chi = r.perplexity_change_ci

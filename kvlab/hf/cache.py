@@ -37,6 +37,7 @@ from ..attention.compress import pool_keys
 from ..quant import QuantizeError, quantize
 from .mechanisms import DENSE, KeyLayout, Mechanism, mechanism_layout, parse_mechanism, use_kvlab_attention
 from . import kernels
+from .presses import PressPlan, PressRun, check_attention, layer_bytes, make_plan
 from .store import PackedRows
 
 # transformers model types whose attention hands the cache plain K/V (dense) or the MLA latent + RoPE key.
@@ -174,6 +175,31 @@ class Stream:
     def tensors(self) -> list[torch.Tensor]:
         return self.packed.tensors() + [self.pend]
 
+    @property
+    def count(self) -> int:
+        """Tokens held (packed and waiting)."""
+        return self.tokens - self.s0
+
+    def keep(self, slots: torch.Tensor) -> None:
+        """Keep the held tokens at `slots` [B, H, n] (a press's choice per head, in position order); the
+        others' bytes are freed. Packed rows of single tokens are gathered byte for byte; otherwise (a
+        residual, KIVI key groups) the kept tokens are decoded and stored again, as a fresh stream of n tokens
+        (the layout's rule for n tokens: the newest wait in the residual, groups close every G)."""
+        b, h, n = slots.shape
+        if not self.pend.shape[2] and self.group == 1 and self.window is None and self.s0 == 0:
+            rows = self.packed.packed()  # [N, B*H, E] uint8
+            idx = slots.reshape(b * h, n).t()[..., None].expand(-1, -1, rows.shape[2])  # [n, B*H, E]
+            self.packed.store.load_state(rows.gather(0, idx).reshape(n, -1).contiguous())  # own storage
+            self.packed.store.tokens = n
+            self.packed._np = None
+            self.tokens = self.p0 = n
+            return
+        kept = self.held().gather(2, slots[..., None].expand(-1, -1, -1, self.width))  # [B, H, n, W]
+        self.packed = PackedRows(self.stored, b * h, self.pend.device)
+        self.pend = self.pend[:, :, :0].clone()
+        self.tokens = self.s0 = self.p0 = 0
+        self.update(kept)
+
     def reorder(self, index: torch.Tensor) -> None:
         self.packed.reorder(index, self.batch)
         self.pend = self.pend.index_select(0, index.to(self.pend.device))
@@ -200,6 +226,9 @@ class KvlabLayer(CacheLayerMixin):
         self.pools: dict[str, Stream] = {}  # role -> pooled entries (csa / hca)
         self.split = 0  # MLA: width of the latent inside the stream
         self.keys_info: KeyLayout | None = None  # what the last update returned, for kvlab_attention
+        self.press_run: PressRun | None = None  # a press evicting this layer's tokens (kvlab.hf.presses)
+        self._pos: torch.Tensor | None = None  # with a press: [B, Hkv, held] original position of each held token
+        self.readable: torch.Tensor | None = None  # [B, Hkv, held] slots attention reads (None: all)
 
     def _stored(self, role: str) -> Component:
         return next(c for c in self.plan.components if c.role == role)
@@ -230,6 +259,8 @@ class KvlabLayer(CacheLayerMixin):
             keys, values = self._role("k", key_states, before), self._role("v", value_states, before)
         if not self.mech.dense:
             self._publish(before, keys.shape[-2], kwargs.get("kwargs"))
+        if self.press_run is not None:
+            self._press(before, keys.shape[:2], kwargs.get("kwargs"))
         if keys.dtype != key_states.dtype:  # a cache kept in another dtype than the model computes in
             keys, values = keys.to(key_states.dtype), values.to(value_states.dtype)
         return keys, values
@@ -265,9 +296,53 @@ class KvlabLayer(CacheLayerMixin):
         self.keys_info = KeyLayout(self.mech, torch.arange(before, now, device=dev), start, end, n)
         attn_kwargs["kvlab_keys"] = self.keys_info
 
+    def _press(self, before: int, shape, attn_kwargs) -> None:
+        """Track the new tokens' positions and hand the press to kvlab_attention through the attention kwargs."""
+        if not isinstance(attn_kwargs, dict):
+            raise ConfigError("this model's attention does not hand its kwargs to the cache, so a press cannot "
+                              "reach its attention function")
+        b, h = shape
+        new = torch.arange(before, self.cumulative_length, device=self.device).expand(b, h, -1)  # [B, Hkv, S]
+        self._pos = new.clone() if self._pos is None else torch.cat([self._pos, new], dim=2)
+        if self.readable is not None:
+            self.readable = torch.cat([self.readable, torch.ones_like(new, dtype=torch.bool)], dim=2)
+        self.press_run.read = False
+        attn_kwargs["kvlab_press"] = self.press_run
+
+    @property
+    def held_tokens(self) -> int:
+        """Tokens (slots per KV head) the layer holds."""
+        return next(iter(self.streams.values())).count if self.streams else 0
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """[B, Hkv, held] LongTensor: the original position of each token held, sorted (kvpress's kept set)."""
+        if self._pos is not None:
+            return self._pos
+        n, dev = self.held_tokens, getattr(self, "device", None)
+        heads = next(iter(self.streams.values())).heads if self.streams else 0
+        return torch.arange(self.cumulative_length - n, self.cumulative_length, device=dev).expand(
+            self.batch, heads, -1)
+
+    def query_positions(self, q: int) -> torch.Tensor:
+        """[q] positions of the last update's q tokens."""
+        return torch.arange(self.cumulative_length - q, self.cumulative_length, device=self.device)
+
+    def keep(self, slots: torch.Tensor, readable: torch.Tensor | None = None) -> None:
+        """Keep the held tokens at `slots` [B, Hkv, n] (sorted) and free the rest; `readable` [B, Hkv, n]
+        marks those attention reads (a per-head budget that holds more than some heads keep)."""
+        for s in self.streams.values():
+            s.keep(slots)
+        self._pos = self.positions.gather(2, slots)
+        prev = None if self.readable is None else self.readable.gather(2, slots)
+        self.readable = readable if prev is None else (prev if readable is None else prev & readable)
+
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         """(kv_length, kv_offset) of what the next update returns, as transformers' dynamic layers say."""
         past = self.cumulative_length
+        if self.press_run is not None:  # evicted tokens: the held ones all precede the queries
+            held = self.held_tokens
+            return held + query_length, past - held
         pooled = past // self.mech.ratio if self.mech.ratio else 0
         if self.sliding_window is None:
             return past + query_length, 0
@@ -284,10 +359,17 @@ class KvlabLayer(CacheLayerMixin):
     def reset(self) -> None:
         self.streams, self.pools, self.cumulative_length, self.is_initialized = {}, {}, 0, False
         self.keys_info = None
+        self._pos = self.readable = None
+        if self.press_run is not None:  # a new sequence: its first forward is a new context
+            plan = self.press_run.plan
+            plan.context, plan.kept = None, {}
+            self.press_run = PressRun(plan, self, self.press_run.index)
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         for s in (*self.streams.values(), *self.pools.values()):
             s.reorder(beam_idx)
+        if self._pos is not None:
+            self._pos = self._pos.index_select(0, beam_idx.to(self._pos.device))
 
     def offload(self):
         raise ParameterError("kvlab caches are not offloadable (offloading=True is not supported)")
@@ -306,7 +388,7 @@ class KvlabCache(Cache):
     """A transformers Cache whose layers hold K/V packed in kvlab formats; `nbytes` == `predicted_bytes()`."""
 
     def __init__(self, config, options: dict, dtype: torch.dtype = torch.bfloat16, mechanism=None,
-                 follow: bool = True):
+                 follow: bool = True, press: PressPlan | None = None):
         self.config = _text_config(config)
         self.kind = check_family(self.config)
         self.mech = parse_mechanism(mechanism)  # applies to the full-attention layers
@@ -324,6 +406,21 @@ class KvlabCache(Cache):
             window = self.mech.window if full else kw.get("sliding_window")
             layers.append(KvlabLayer(lc, self.kind, window, self.mech if full else DENSE, dtype))
         super().__init__(layers=layers)
+        self.press = press  # a press and its budget (kvlab.hf.presses), acting on the full-attention layers
+        if press is not None:
+            if not self.mech.dense:
+                raise ParameterError(f"give a press or a mechanism, not both (press {press.label()}, mechanism "
+                                     f"{self.mech.label()})")
+            if self.kind == "mla":
+                raise ParameterError(f"press {press.press.name} scores dense K/V heads; this {self.config.model_type} "
+                                     "model caches an MLA latent shared by its heads (use a dense model)")
+            if not any(self.full):
+                raise ParameterError(f"press {press.press.name} acts on full-attention layers; this "
+                                     f"{self.config.model_type} model has none")
+            press.applies = tuple(self.full)
+            for i, (lyr, full) in enumerate(zip(self.layers, self.full)):
+                if full:
+                    lyr.press_run = PressRun(press, lyr, i)
 
     def _build(self, dtype: torch.dtype) -> Layout:
         spec = hf_spec(self.config, dtype, self.mech.window)
@@ -340,9 +437,19 @@ class KvlabCache(Cache):
         if self._last is not None and not self._last.read:
             raise ParameterError(f"mechanism {self.mech.label()} needs kvlab's attention function: call "
                                  "kvlab.hf.use_kvlab_attention(model) (make_cache(model, mechanism=...) does it)")
+        if self.press is not None:
+            check_attention(self.runs, self.press.label())
+            if self.press.context is None and not layer.cumulative_length and layer.press_run is self.runs[0]:
+                self.press.context = key_states.shape[-2]  # the first forward is the context
+                self.press.kept = self.press.resolve(self.press.context, self.layout, key_states.shape[0])
         out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
         self._last = layer.keys_info
         return out
+
+    @property
+    def runs(self) -> list[PressRun]:
+        """The press at work in each layer it acts on (kvlab.hf.presses.run)."""
+        return [layer.press_run for layer in self.layers if layer.press_run is not None]
 
     @property
     def dtype(self) -> torch.dtype:
@@ -365,6 +472,9 @@ class KvlabCache(Cache):
         """kvlab's prediction (`Layout.session`) for this config and plan at `tokens` (default: what it holds)."""
         tokens = self.tokens if tokens is None else check_tokens(tokens)
         batch = max((layer.batch for layer in self.layers), default=0) or 1
+        if self.press is not None and self.press.context is not None:  # each layer: the press's kept count
+            return sum(layer_bytes(self.layout, i, self.press.held(i, tokens), batch)
+                       for i in range(len(self.layers)))
         return self.layout.session(tokens, batch).total
 
     @property
@@ -375,7 +485,9 @@ class KvlabCache(Cache):
 
 def make_cache(config_or_model, kv_format=None, k_format=None, v_format=None, residual: int = 0, *,
                block: int = 1, key_axis: str | None = None, value_axis: str = "token", per_layer: dict | None = None,
-               mechanism=None, dtype: torch.dtype | None = None) -> KvlabCache:
+               mechanism=None, dtype: torch.dtype | None = None, press=None, keep: float | int | None = None,
+               keep_bytes: int | None = None, press_mode: str = "prefill",
+               press_options: dict | None = None) -> KvlabCache:
     """A transformers cache for a model (or its config) that keeps K and V packed in kvlab formats.
 
     kv_format: one format for K and V (None: the model's dtype, as DynamicCache holds them);
@@ -390,7 +502,14 @@ def make_cache(config_or_model, kv_format=None, k_format=None, v_format=None, re
         'csa=4,topk=32,window=64', 'hca=32,window=64'; kvlab.hf.mechanisms); given a model, switches it to
         kvlab's attention function (SDPA itself wherever no mechanism applies);
     dtype: the dtype the cache keeps unquantized tokens in (its residual; attention still gets the model's
-        dtype); default: the states' own, taken at the first update.
+        dtype); default: the states' own, taken at the first update;
+    press: a token-eviction method on full-attention layers (kvlab.hf.presses.PRESSES: 'snapkv', 'knorm',
+        'streaming_llm', 'tova', 'h2o', 'expected_attention', 'random', 'pyramidkv', 'adakv', 'keydiff',
+        'lagkv', 'chunkkv'), with keep (< 1: the fraction of the context's tokens kept; >= 1: tokens) or
+        keep_bytes (bytes the cache holds after compressing the context); press_mode "prefill" (kvpress:
+        the first forward is the context, compressed once) or "decode" (evicted back to the budget after every
+        forward: h2o, tova, streaming_llm); press_options: the press's own fields (window_size, n_sink, seed,
+        inner, ...). Given a model, switches it to kvlab's attention function.
     """
     model = config_or_model if hasattr(config_or_model, "config") and hasattr(config_or_model, "forward") else None
     config = model.config if model is not None else config_or_model
@@ -412,7 +531,20 @@ def make_cache(config_or_model, kv_format=None, k_format=None, v_format=None, re
         dtype = getattr(torch, str(dtype).replace("torch.", "")) if not isinstance(dtype, torch.dtype) else dtype
     options = dict(kv_format=kv_format, k_format=k_format, v_format=v_format, residual=residual, block=block,
                    key_axis=key_axis, value_axis=value_axis, per_layer=per_layer)
-    cache = KvlabCache(config, options, dtype, mech, follow)
-    if model is not None and not mech.dense:
+    plan = None
+    if press is not None:
+        plan = make_plan(press, keep, keep_bytes, press_mode, press_options)
+        plan.rotary = _rotary(model)
+    elif keep is not None or keep_bytes is not None:
+        raise ParameterError("keep / keep_bytes are a press's budget: give press=... too")
+    cache = KvlabCache(config, options, dtype, mech, follow, plan)
+    if model is not None and (not mech.dense or plan is not None):
         use_kvlab_attention(model)
     return cache
+
+
+def _rotary(model):
+    """The model's rotary embedding module (presses that rotate query statistics, kvpress's ExpectedAttention)."""
+    inner = getattr(model, "model", None)
+    inner = getattr(inner, "language_model", inner)
+    return getattr(inner, "rotary_emb", None)

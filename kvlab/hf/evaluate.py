@@ -160,17 +160,19 @@ class Pass:
     predicted_bytes: int | None  # kvlab's prediction (kvlab caches only)
 
 
-def run_pass(model, ids: torch.Tensor, cache, chunk: int) -> Pass:
-    """Feed ids [B, T] through `cache` in chunks; score every next token."""
+def run_pass(model, ids: torch.Tensor, cache, chunk: int, prefill: int | None = None) -> Pass:
+    """Feed ids [B, T] through `cache` in chunks (the first `prefill` tokens in one forward: a press's context);
+    score every next token."""
     need_int("chunk", chunk, 1)
     ids = ids.to(model.device)
     t = ids.shape[1]
     nll, preds = 0.0, []
+    starts = ([0] + list(range(prefill, t, chunk))) if prefill else list(range(0, t, chunk))
     with torch.no_grad(), math_attention_if_forced():
-        for a in range(0, t, chunk):
-            logits = model(ids[:, a:a + chunk], cache=cache, use_cache=True).logits.float()  # [B, c, V]
+        for a, b in zip(starts, starts[1:] + [t]):
+            logits = model(ids[:, a:b], cache=cache, use_cache=True).logits.float()  # [B, c, V]
             preds.append(logits.argmax(-1))
-            target = ids[:, a + 1:a + chunk + 1]
+            target = ids[:, a + 1:b + 1]
             n = target.shape[1]
             if n:
                 nll += float(torch.nn.functional.cross_entropy(logits[:, :n].reshape(-1, logits.shape[-1]),
@@ -251,6 +253,8 @@ class EvalResult:
     accuracy_ci: list | None = None  # [low, high]: Wilson 95% interval
     reference_accuracy_ci: list | None = None  # the same for the reference
     notes: list[str] = field(default_factory=list)  # caveats
+    press: str | None = None  # a press and its budget ('snapkv keep 0.25'), if any (kvlab.hf.presses)
+    context: int | None = None  # with a press: the tokens of each window prefilled as its context
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -341,12 +345,17 @@ def stack_decode_rate(stack, ids: torch.Tensor, prompt: int, steps: int, repeats
 def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: int = 0, mechanism=None,
              tokens: int = 512, task: str | None = None, samples: int = 8, task_tokens: int | None = None,
              chunk: int = 32, block: int = 1, decode_steps: int = 32, repeats: int = 3, seed: int = 0,
-             device: str = "auto", windows: int = 8, model=None, tokenizer=None) -> EvalResult:
+             device: str = "auto", windows: int = 8, model=None, tokenizer=None, press=None, keep=None,
+             keep_bytes: int | None = None, press_mode: str = "prefill", context: int | None = None) -> EvalResult:
     """Perplexity, task accuracy, bytes and decode speed of a model with a kvlab cache, against BF16 DynamicCache
     (the V4.1-like model: its own Stack in the format, against the Stack in BF16), over `windows` held-out windows
     of `tokens` tokens and `samples` task samples, with 95% intervals (kvlab.stats): the perplexity's bootstrap over
     windows, the change's paired bootstrap, the accuracies' Wilson. Arguments are checked before the model loads,
-    so a bad one costs nothing."""
+    so a bad one costs nothing.
+
+    press / keep / keep_bytes / press_mode: a token-eviction press (kvlab.hf.presses); each window's first
+    `context` tokens (default: half of them) are prefilled in one forward, its context, then compressed (kvpress's
+    protocol), and the rest is scored chunk by chunk against the compressed context."""
     from ..cache.memory import resolve_device
     from ..layout import kv_plan
     from ..stats import accuracy_interval, bootstrap_perplexity, paired_bootstrap
@@ -354,6 +363,13 @@ def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: 
     from .mechanisms import parse_mechanism
     kv_plan(kv_format, k_format, v_format, residual, block)
     mech = parse_mechanism(mechanism)
+    plan = None
+    if press is not None:
+        from .presses import make_plan
+        plan = make_plan(press, keep, keep_bytes, press_mode)
+        context = need_int("context", context if context is not None else max(1, tokens // 2), 1, tokens - 1)
+    elif keep is not None or keep_bytes is not None:
+        raise ParameterError("--keep / --keep-bytes are a press's budget: give --press too")
     for k, v, lo in (("tokens", tokens, 2), ("samples", samples, 1), ("chunk", chunk, 1),
                      ("decode_steps", decode_steps, 1), ("repeats", repeats, 1), ("windows", windows, 1),
                      ("seed", seed, 0)):
@@ -385,14 +401,15 @@ def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: 
         label, mlabel, ours, ref = fmt, "v41 (its own CSA / HCA and indexer)", fmt, "bf16"
     else:
         def kv():
-            return make_cache(model, kv_format, k_format, v_format, residual, block=block, mechanism=mechanism)
+            return make_cache(model, kv_format, k_format, v_format, residual, block=block, mechanism=mechanism,
+                              press=press, keep=keep, keep_bytes=keep_bytes, press_mode=press_mode)
 
         def dyn():
             return peer_cache(model, "dynamic")
         makers = {"kv": kv, "ref": dyn}
 
         def run(ids, f):
-            return run_pass(model, ids, makers[f](), chunk)
+            return run_pass(model, ids, makers[f](), chunk, context if f == "kv" else None)
 
         def rates(ids, f):
             return decode_rate(model, makers[f], ids, ids.shape[1] - decode_steps, decode_steps, repeats)
@@ -405,7 +422,7 @@ def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: 
     nll, ref_nll = [p.nll for p in mine], [p.nll for p in base]
     ppl, ref_ppl = bootstrap_perplexity(nll, scored, seed=seed), bootstrap_perplexity(ref_nll, scored, seed=seed)
     change = paired_bootstrap(ref_nll, nll, scored, seed=seed)
-    ids, where = heldout_ids(encode, decode_steps + 16)
+    ids, where = heldout_ids(encode, decode_steps + (context if plan is not None else 16))  # a press: its context
     r_mine, r_ref = rates(ids, ours), rates(ids, ref)
     out = EvalResult(name, label, mlabel, tokens, chunk, ppl.value, ref_ppl.value, mine[-1].held_bytes,
                      mine[-1].predicted_bytes, base[-1].held_bytes, _median(r_mine), _median(r_ref),
@@ -414,7 +431,8 @@ def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: 
                      perplexity_change=change.value, perplexity_change_ci=change.pair(),
                      within_noise=change.covers_zero,
                      held_equals_predicted=None if mine[-1].predicted_bytes is None else
-                     all(p.held_bytes == p.predicted_bytes for p in mine))
+                     all(p.held_bytes == p.predicted_bytes for p in mine),
+                     press=plan.label() if plan is not None else None, context=context if plan else None)
     if task:
         from ..train.tasks import get_task, render, score_predictions
         ss = get_task(task).samples(seed, samples, task_tokens or tokens)

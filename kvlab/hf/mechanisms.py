@@ -179,6 +179,9 @@ def kvlab_attention(module, query, key, value, attention_mask, dropout: float = 
     """transformers attention function: SDPA, restricted by the mechanism the cache describes (if any).
     query [B, H, S, D], key / value [B, Hkv, T, D]; returns ([B, S, H, Dv], None)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    press = kwargs.pop("kvlab_press", None)
+    if press is not None:  # a press on this layer (kvlab.hf.presses.run): attention on the held tokens, then it
+        return press.attend(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     if kvlab_keys is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
