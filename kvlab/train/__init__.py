@@ -6,7 +6,8 @@ Public API (stable; other kvlab modules and notebooks use only these names):
              Corpus.windows(split, n, length, seed) -> ids [n, length]; Corpus.text(split, max_bytes) -> str
              Corpus.record() -> dict (python version, sha256, sizes)
            ByteTokenizer (encode / decode, vocab 256); save_tokenizer(path) (AutoTokenizer-loadable)
-  tasks    TASKS: "mqar", "needle", "vartrack", "recall", "niah" -> Task(generate(seed, length, **options) -> Sample, chance())
+  tasks    TASKS: "mqar", "needle", "vartrack", "recall", "niah" -> Task(generate(seed, length, **options) -> Sample,
+             chance())
              Task.samples(seed, n, length) -> [Sample]; render(sample, encode=None) -> (ids [T], labels [T])
              batch(samples, encode=None) -> (ids [B, T], labels [B, T]); labels are -100 except answer tokens
            score(logits [B, T, V], labels) -> accuracy (an answer counts when all its tokens are right, greedy,

@@ -46,12 +46,14 @@ Stage = tuple[int, int]  # (until_step, length): steps before until_step train a
 RECIPE_STAGES: tuple[Stage, ...] = ((2000, 64), (2600, 128), (3200, 256), (3600, 512), (4000, 1024))
 # values of fields a record written before they existed implies (the recipe of that time)
 LEGACY = {"stages": (), "copy_fraction": 0.0, "task_dense": 0.0, "beta2": 0.95, "copy_weight": 1.0,
-          "eval_tasks": ("mqar", "needle", "vartrack"), "copy_span": (0.125, 0.5), "task_min_length": 16, "eval_depth_samples": 0, "eval_copy_strings": 8}
+          "eval_tasks": ("mqar", "needle", "vartrack"), "copy_span": (0.125, 0.5), "task_min_length": 16,
+          "eval_depth_samples": 0, "eval_copy_strings": 8}
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """One training run. Defaults: the recipe of the committed checkpoints (issue 20: models that retrieve)."""
+    """One training run. Defaults: the recipe of the committed checkpoints (issue 20: models that retrieve; measured
+    in TRAINING_NOTES.md): at 1 CPU thread about 40 min dense, 50 min MLA, some 15 h V4.1-like."""
 
     arch: str = "dense"  # one of models.ARCHS
     size: str = "tiny"  # one of models.SIZES

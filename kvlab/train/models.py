@@ -7,7 +7,8 @@
   v41    kvlab's DeepSeek V4.1-like stack (kvlab.train.v41: registered with AutoConfig / AutoModelForCausalLM
          under model_type "kvlab_v41")
 
-`SIZES` holds named presets: "tiny" trains in minutes on 2 CPU cores, "small" and "base" are for a GPU.
+`SIZES` holds named presets: "tiny" trains in 40 min (dense) to 15 h (V4.1-like) on one CPU thread, "small" and
+"base" are for a GPU.
 Every preset keeps the architectures close in parameters, so bytes per token is what mostly differs.
 """
 from __future__ import annotations
