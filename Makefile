@@ -76,8 +76,9 @@ notebooks: setup
 	  $(BIN)/papermill -k kvlab --cwd notebooks "$$nb" "$$nb" || exit 1; \
 	  $(BIN)/python -m kvlab.nb.nbclean "$$nb"; done
 
-# Retrain the small committed checkpoints (data/checkpoints/<name>/) from scratch: a few minutes per model on
-# 2 quiet CPU cores. One thread: the reference run is bit-reproducible on one machine.
+# Retrain the small committed checkpoints (data/checkpoints/<name>/) from scratch, one thread each (the reference
+# run is bit-reproducible on one machine): about 40 min dense, 50 min MLA; the V4.1-like stack, 10-35 s a step,
+# some 15 h (measured in TRAINING_NOTES.md).
 train: setup
 	$(BIN)/kvlab train all --threads 1 --quiet
 

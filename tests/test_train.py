@@ -49,7 +49,7 @@ def test_checkpoint_loads_with_from_pretrained(name):
 
 def test_same_budget_for_every_model():
     recipes = [load_record(checkpoint_dir(n))[0] for n in CHECKPOINTS]
-    budgets = {(c.steps, c.batch_tokens, c.lengths, c.tasks, c.task_fraction, c.seed) for c in recipes}
+    budgets = {json.dumps({k: v for k, v in c.to_dict().items() if k != "arch"}, sort_keys=True) for c in recipes}
     assert len(budgets) == 1
 
 
@@ -101,16 +101,30 @@ class _Copier(torch.nn.Module):
         return type("Out", (), {"logits": logits})()
 
 
-def test_copy_probe_tells_a_copier_from_a_model_that_cannot_look_back():
-    from kvlab.train.probe import copy_probe, copy_strings
-    ids = copy_strings(seed=3, n=4, length=40)
-    assert ids.shape == (4, 80) and torch.equal(ids[:, :40], ids[:, 40:]) and torch.equal(ids, copy_strings(3, 4, 40))
-    copier = copy_probe(_Copier(), seed=3, n=4, length=40)
+def test_copy_probe_plants_strings_at_random_offsets_lengths_and_gaps(corpus):
+    from kvlab.train.probe import PRINTABLE, copy_rows
+    ids, plans = copy_rows(corpus, "heldout", seed=3, n=16, length=256)
+    again, _ = copy_rows(corpus, "heldout", seed=3, n=16, length=256)
+    assert ids.shape == (16, 256) and torch.equal(ids, again)
+    for row, p in zip(ids, plans):
+        first, second = row[p.offset:p.offset + p.length], row[p.second:p.second + p.length]
+        assert torch.equal(first, second) and p.second + p.length <= 256 and p.offset >= 1
+        assert all(chr(c) in PRINTABLE for c in first.tolist())
+    # no fixed offset, length or distance: a positional shortcut cannot pass
+    assert len({p.offset for p in plans}) > 8 and len({p.length for p in plans}) > 8
+    assert len({p.second - p.offset for p in plans}) > 8
+
+
+def test_copy_probe_tells_a_copier_from_a_model_that_cannot_look_back(corpus):
+    from kvlab.train.probe import copy_probe
+    copier = copy_probe(_Copier(), seed=3, n=4, length=256, corpus=corpus)
     assert copier.gain > 4.0 and copier.second < 1.0 and copier.accuracy > 0.85 and copier.first > 5.0
-    untrained = copy_probe(build_model("dense", seed=1), seed=3, n=4, length=40)
+    untrained = copy_probe(build_model("dense", seed=1), seed=3, n=4, length=256, corpus=corpus)
     assert abs(untrained.gain) < 0.1 and untrained.first > 5.0  # ~ ln 256 on both copies
     with pytest.raises(ParameterError):
-        copy_probe(_Copier(), length=1)
+        copy_probe(_Copier(), length=8, corpus=corpus)
+    with pytest.raises(ParameterError):
+        copy_probe(_Copier(), length=256, skip=100, corpus=corpus)
 
 
 @pytest.mark.parametrize("name", CHECKPOINTS)
@@ -168,16 +182,40 @@ def test_v41_returns_the_indexer_loss():
 def test_batches_are_seeded():
     cfg = TrainConfig(steps=4)
     corpus = load_corpus()
-    a, b = step_batch(cfg, corpus, 2), step_batch(cfg, corpus, 2)
+    step = cfg.stages[0][0]  # the second stage: rows long enough for tasks
+    a, b = step_batch(cfg, corpus, step), step_batch(cfg, corpus, step)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
-    ids, labels, is_task = a
-    assert ids.shape[0] * ids.shape[1] == cfg.batch_tokens and int(is_task.sum()) == round(ids.shape[0] * cfg.task_fraction)
-    assert (labels[~is_task] == ids[~is_task]).all() and (labels[is_task] == -100).float().mean() > 0.5
+    ids, labels, kind = a
+    rows = ids.shape[0]
+    assert rows * ids.shape[1] == cfg.batch_tokens and ids.shape[1] == cfg.stages[1][1] >= cfg.task_min_length
+    assert int((kind == 2).sum()) == round(rows * cfg.task_fraction)
+    assert int((kind == 1).sum()) == round(rows * cfg.copy_fraction)
+    dense = kind < 2
+    assert (labels[dense] == ids[dense]).all() and (labels[~dense] == -100).float().mean() > 0.5
+    short = step_batch(cfg, corpus, 0)[2]  # first stage: shorter than task_min_length, its task share copies
+    assert cfg.stages[0][1] < cfg.task_min_length and not (short == 2).any()
+    assert int((short == 1).sum()) == round(len(short) * (cfg.copy_fraction + cfg.task_fraction))
+
+
+def test_length_curriculum_and_legacy_records():
+    cfg = TrainConfig(steps=10, stages=((3, 128), (6, 256), (8, 1024)), batch_tokens=2048)
+    assert [cfg.length(i) for i in range(10)] == [128] * 3 + [256] * 3 + [1024] * 4 and cfg.max_length == 1024
+    assert TrainConfig.from_dict(cfg.to_dict()) == cfg
+    old = cfg.to_dict()
+    for k in ("stages", "copy_fraction", "task_dense", "beta2", "copy_weight", "eval_tasks", "eval_depth_samples",
+              "eval_copy_strings", "copy_span", "task_min_length"):
+        del old[k]
+    legacy = TrainConfig.from_dict(old)  # a record written before the curriculum: the recipe of that time
+    assert legacy.stages == () and legacy.copy_fraction == 0 and [legacy.length(i) for i in range(4)] == [
+        *cfg.lengths, cfg.lengths[0]]
 
 
 @pytest.mark.parametrize("bad", [dict(arch="gpt"), dict(size="huge"), dict(steps=0), dict(lengths=(8,)),
                                  dict(lengths=(512,), batch_tokens=256), dict(tasks=("copy",)),
-                                 dict(task_fraction=1.5), dict(save_dtype="int8")])
+                                 dict(task_fraction=1.5), dict(save_dtype="int8"),
+                                 dict(stages=((10, 128), (5, 256))), dict(stages=((10, 8),)),
+                                 dict(copy_fraction=0.7, task_fraction=0.5), dict(eval_tasks=("copy",)),
+                                 dict(beta2=0.0)])
 def test_bad_recipe(bad):
     with pytest.raises(ParameterError):
         TrainConfig(**bad)

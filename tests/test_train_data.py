@@ -87,6 +87,20 @@ def test_answers_are_recoverable_from_context():
     n = T.needle(2, 512, needles=3)
     key = n.text.split("What is the code of ")[1][:4]
     assert f"The code of {key} is {n.answers[0]}." in n.text
+    r = T.recall(4, 256)
+    ctx = r.text.split("\n")[0].split()
+    assert len({p[:2] for p in ctx}) == len(ctx)  # keys distinct within the sample
+    pairs = {p[:2]: p[2:] for p in ctx}
+    assert [pairs[q[:2]] for q in r.text.split("\n")[1].split()] == r.answers
+    for depth in (0.0, 0.5, 1.0):
+        h = T.niah(5, 1024, depth=depth)
+        key = h.text.split("\nRecall ")[1][:4]
+        fact = f"The code {key}={h.answers[0]}. "
+        assert fact in h.text and h == T.niah(5, 1024, depth=depth)
+        at = h.text.index(fact) / len(h.text)
+        assert abs(at - depth) < 0.15, (depth, at)
+    facts = [f.split("=")[0][-4:] + f.split("=")[1][:4] for f in h.text.split("The code ")[1:]]
+    assert all(len({f[i] for f in facts}) == len(facts) for i in range(8))  # differ at every position
     v = T.vartrack(3, 512, hops=2, chains=2)
     env = {}
     for line in v.text.splitlines():

@@ -15,7 +15,8 @@ def register(sub) -> None:
     p.add_argument("arch", nargs="*", default=["all"], metavar="ARCH",
                    help="architectures: dense, mla, v41 (kvlab.train.models.ARCHS) or all (default all)")
     p.add_argument("--size", default="tiny",
-                   help="size preset: tiny (CPU minutes), small, base (kvlab.train.sizes.SIZES)")
+                   help="size preset: tiny (1 CPU thread: 40 min dense to 15 h V4.1-like), small, base "
+                        "(kvlab.train.sizes.SIZES)")
     p.add_argument("--steps", type=count("--steps"), default=None,
                    help="optimizer steps (default: the recipe's, kvlab.train.TrainConfig.steps)")
     p.add_argument("--batch-tokens", type=count("--batch-tokens"), default=None,

@@ -6,7 +6,8 @@ Public API (stable; other kvlab modules and notebooks use only these names):
              Corpus.windows(split, n, length, seed) -> ids [n, length]; Corpus.text(split, max_bytes) -> str
              Corpus.record() -> dict (python version, sha256, sizes)
            ByteTokenizer (encode / decode, vocab 256); save_tokenizer(path) (AutoTokenizer-loadable)
-  tasks    TASKS: "mqar", "needle", "vartrack" -> Task(generate(seed, length, **options) -> Sample, chance())
+  tasks    TASKS: "mqar", "needle", "vartrack", "recall", "niah" -> Task(generate(seed, length, **options) -> Sample,
+             chance())
              Task.samples(seed, n, length) -> [Sample]; render(sample, encode=None) -> (ids [T], labels [T])
              batch(samples, encode=None) -> (ids [B, T], labels [B, T]); labels are -100 except answer tokens
            score(logits [B, T, V], labels) -> accuracy (an answer counts when all its tokens are right, greedy,
@@ -17,8 +18,9 @@ Public API (stable; other kvlab modules and notebooks use only these names):
   v41      KvlabV41Config / KvlabV41ForCausalLM (model_type "kvlab_v41", registered with AutoConfig and
            AutoModelForCausalLM when kvlab.train is imported); to_stack(model, formats) -> kvlab.attention Stack
            with the trained weights (cached prefill / decode in packed KV formats, cache_bytes())
-  probe    copy_probe(model, seed, n, length) -> CopyProbe(first, second, accuracy; gain): the repeated-random-text
-             probe of induction (does the model copy from its context at all?)
+  probe    copy_probe(model, seed, n, length, corpus) -> CopyProbe(first, second, accuracy; gain): a random string
+             planted twice inside held-out text at random offset, length and gap, the probe of induction (does the
+             model copy from its context at all?); copy_rows(corpus, split, seed, n, length) -> (ids, plans)
   loop     TrainConfig, train(cfg, stop_after=None) -> Result, save(result, path), evaluate(model, corpus, ...),
            load_record(path) -> (TrainConfig, curve, record), retrain(path, steps)
   CHECKPOINTS  data/checkpoints/<name>/ (qwen3-tiny, deepseek-v3-tiny, kvlab-v41-tiny): config.json,
@@ -32,7 +34,7 @@ from . import v41  # noqa: F401  (registers model_type "kvlab_v41" with transfor
 from .data import ByteTokenizer, Corpus, load_corpus, save_tokenizer
 from .loop import Result, TrainConfig, evaluate, load_record, retrain, save, train
 from .models import ARCHS, build_model, make_config
-from .probe import CopyProbe, copy_probe
+from .probe import CopyProbe, copy_probe, copy_rows
 from .sizes import SIZES
 from .tasks import TASKS, Sample, batch, get_task, render, score, score_predictions
 
@@ -40,7 +42,7 @@ CHECKPOINTS = "data/checkpoints"  # relative to the repository root (kvlab.model
 
 __all__ = ["ByteTokenizer", "Corpus", "load_corpus", "save_tokenizer", "Result", "TrainConfig", "evaluate",
            "load_record", "retrain", "save", "train", "ARCHS", "SIZES", "build_model", "make_config", "CopyProbe",
-           "copy_probe", "TASKS",
+           "copy_probe", "copy_rows", "TASKS",
            "Sample", "batch", "get_task", "render", "score", "score_predictions", "CHECKPOINTS", "checkpoint_dir"]
 
 

@@ -1,19 +1,25 @@
 """Training: one seeded recipe for every architecture, so their quality compares at equal budget.
 
-Each step sees `batch_tokens` tokens: rows of natural text (random windows of the corpus' train split) and
-rows of the long-context tasks, at a sequence length that cycles through `lengths`. The loss is the text
-cross-entropy (every next byte) plus the task cross-entropy on answer tokens only (their contexts are
-random by construction), plus any auxiliary loss the model returns (the V4.1-like indexer's). AdamW with
-linear warm-up and cosine decay; gradients clipped. Every batch comes from seeds derived from (seed, step),
-and the weights from torch.manual_seed(seed): two runs of one config on one machine and thread count give
-the same curve; across CPUs the floats drift, so curves are compared with a tolerance.
+Each step sees `batch_tokens` tokens at one sequence length: the length curriculum `stages` (short rows first:
+induction heads form far sooner in short rows) or, without stages, `lengths` in rotation. A step's rows are natural
+text (random windows of the corpus' train split), copy rows (text with a random string planted twice at a random
+offset, length and gap: kvlab.train.probe) and rows of the long-context tasks. The loss is the text cross-entropy
+(every next byte) + `copy_weight` x the copy rows' every-byte loss + `task_weight` x the task loss on answer tokens +
+`task_dense` x the task rows' every-byte loss (dense supervision: the question repeats the key it looks up), plus any
+auxiliary loss the model returns (the V4.1-like indexer's). AdamW with linear warm-up and cosine decay; gradients
+clipped. Every batch comes from seeds derived from (seed, step), and the weights from torch.manual_seed(seed): two
+runs of one config on one machine and thread count give the same curve; across CPUs the floats drift, so curves are
+compared with a tolerance. Records written before a field existed load with `LEGACY`'s value for it (the recipe of
+that time), so a committed checkpoint's first steps rerun as they were.
 
 `train(cfg)` returns a `Result`; `save(result, path)` writes save_pretrained's config.json + safetensors
 (cast to `cfg.save_dtype`), tokenizer files, loss_curve.json and train_record.json (its "volatile" part —
-wall time, threads, date — differs between runs; everything else is reproducible).
+wall time, threads, date — differs between runs; everything else is reproducible). The record's "final" is the last
+evaluation (float32) with, under the save dtype's name, the same evaluation of the saved weights computing in it.
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -28,36 +34,57 @@ from ..errors import ParameterError
 from . import tasks as T
 from .data import load_corpus, save_tokenizer
 from .models import ARCHS, NAMES, build_model, count_parameters
-from .probe import copy_probe
+from .probe import copy_probe, copy_rows
 from .sizes import SIZES
 
 CURVE_FILE = "loss_curve.json"
 RECORD_FILE = "train_record.json"
 
 
+Stage = tuple[int, int]  # (until_step, length): steps before until_step train at this sequence length
+
+# short rows first (64-token rows until the copy head has formed), then up to the evaluation length
+RECIPE_STAGES: tuple[Stage, ...] = ((2000, 64), (2600, 128), (3200, 256), (3600, 512), (4000, 1024))
+# values of fields a record written before they existed implies (the recipe of that time)
+LEGACY = {"stages": (), "copy_fraction": 0.0, "task_dense": 0.0, "beta2": 0.95, "copy_weight": 1.0,
+          "eval_tasks": ("mqar", "needle", "vartrack"), "copy_span": (0.125, 0.5), "task_min_length": 16,
+          "eval_depth_samples": 0, "eval_copy_strings": 8}
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    """One training run. Defaults: a few minutes per model on 2 CPU cores."""
+    """One training run. Defaults: the recipe of the committed checkpoints (issue 20: models that retrieve; measured
+    in TRAINING_NOTES.md): at 1 CPU thread about 40 min dense, 50 min MLA, some 15 h V4.1-like."""
 
     arch: str = "dense"  # one of models.ARCHS
     size: str = "tiny"  # one of sizes.SIZES
-    steps: int = 600  # optimizer steps
-    batch_tokens: int = 2048  # tokens per step (rows = batch_tokens // length)
-    lengths: tuple[int, ...] = (128, 256, 512)  # sequence length of step i: lengths[i % len(lengths)]
-    task_fraction: float = 0.5  # share of each step's rows given to the tasks
-    tasks: tuple[str, ...] = ("mqar", "needle", "mqar", "vartrack")  # task rows take these in rotation (MQAR twice)
-    task_weight: float = 1.0  # weight of the task loss beside the text loss
+    steps: int = 4000  # optimizer steps
+    batch_tokens: int = 4096  # tokens per step (rows = batch_tokens // length)
+    lengths: tuple[int, ...] = (128, 256, 512)  # without stages: sequence length of step i is lengths[i % len]
+    stages: tuple[Stage, ...] = RECIPE_STAGES  # length curriculum (until_step, length), increasing; last one holds
+    copy_fraction: float = 0.5  # share of each step's rows that are copy rows (kvlab.train.mix)
+    copy_weight: float = 1.0  # weight of the copy rows' every-token loss
+    copy_span: tuple[float, float] = (0.125, 0.5)  # planted string length, as fractions of the row (uniform)
+    task_fraction: float = 0.25  # share of each step's rows given to the tasks
+    tasks: tuple[str, ...] = ("niah", "recall", "niah", "recall", "vartrack", "mqar")  # task rows, in rotation
+    task_min_length: int = 128  # rows shorter than this carry no task (their task share goes to copy rows)
+    task_weight: float = 1.0  # weight of the task loss (answer tokens) beside the text loss
+    task_dense: float = 1.0  # weight of a task row's every-token loss (dense supervision of its copied spans)
     lr: float = 3e-3  # peak learning rate
     min_lr: float = 3e-4  # learning rate at the end of the cosine
-    warmup: int = 50  # linear warm-up steps
+    warmup: int = 100  # linear warm-up steps
+    beta2: float = 0.98  # AdamW's second-moment decay (beta1 0.9)
     weight_decay: float = 0.1  # AdamW decoupled weight decay (matrices only)
     grad_clip: float = 1.0  # global gradient-norm clip
     seed: int = 0  # weights, data order and task samples
     corpus_seed: int = 0  # train / held-out split of the corpus
-    eval_every: int = 200  # steps between evaluations (and at the end)
+    eval_every: int = 250  # steps between evaluations (and at the end)
     eval_windows: int = 16  # held-out text windows per evaluation
     eval_samples: int = 32  # samples per task per evaluation
-    eval_length: int = 256  # tokens per held-out window and task sample at evaluation
+    eval_length: int = 1024  # tokens per held-out window, task sample and copy-probe row at evaluation
+    eval_tasks: tuple[str, ...] = ("niah", "recall", "mqar", "needle", "vartrack")  # tasks scored at evaluation
+    eval_depth_samples: int = 8  # niah samples per depth decile (0: no depth sweep)
+    eval_copy_strings: int = 16  # copy-probe strings per evaluation
     device: str = "cpu"  # torch device ("cuda" scales up)
     save_dtype: str = "bfloat16"  # dtype of the saved weights ("float32" keeps them exact)
 
@@ -65,21 +92,35 @@ class TrainConfig:
         need_choice("arch", self.arch, ARCHS)
         need_choice("size", self.size, SIZES)
         need_int("steps", self.steps, 1)
-        for n in ("batch_tokens", "warmup", "eval_every", "eval_windows", "eval_samples", "eval_length"):
-            need_int(n, getattr(self, n), 0 if n == "warmup" else 1)
-        if not self.lengths:
-            raise ParameterError("lengths must name at least one sequence length")
-        for n in self.lengths:
+        for n in ("batch_tokens", "warmup", "eval_every", "eval_windows", "eval_samples", "eval_length",
+                  "eval_depth_samples", "eval_copy_strings", "task_min_length"):
+            need_int(n, getattr(self, n), 0 if n in ("warmup", "eval_depth_samples") else 1)
+        if not self.lengths and not self.stages:
+            raise ParameterError("lengths (or stages) must name at least one sequence length")
+        prev = 0
+        for until, n in self.stages:
+            need_int("stage until_step", until, prev + 1)
+            prev = until
+        for n in tuple(self.lengths) + tuple(n for _, n in self.stages):
             need_int("length", n, 16)
             if n > self.batch_tokens:
                 raise ParameterError(f"length {n} is more than batch_tokens = {self.batch_tokens}")
+            if self.batch_tokens // n >= 1000:
+                raise ParameterError(f"{self.batch_tokens // n} rows of {n} a step: at most 999 (row seeds)")
         need_number("task_fraction", self.task_fraction, 0.0, 1.0)
-        for t in self.tasks:
+        need_number("copy_fraction", self.copy_fraction, 0.0, 1.0)
+        if self.task_fraction + self.copy_fraction > 1.0:
+            raise ParameterError("task_fraction + copy_fraction is more than 1")
+        for t in self.tasks + self.eval_tasks:
             need_choice("task", t, T.TASKS)
         if self.task_fraction > 0 and not self.tasks:
             raise ParameterError("task_fraction > 0 needs at least one task")
-        for n in ("lr", "min_lr", "task_weight", "weight_decay", "grad_clip"):
+        for n in ("lr", "min_lr", "task_weight", "task_dense", "copy_weight", "weight_decay", "grad_clip"):
             need_number(n, getattr(self, n), 0.0)
+        need_number("beta2", self.beta2, 0.0, 1.0, lo_open=True)
+        lo, hi = self.copy_span
+        if not 0.0 < need_number("copy_span", lo) <= need_number("copy_span", hi) < 0.5 + 1e-9:
+            raise ParameterError(f"copy_span = {self.copy_span}: need 0 < shortest <= longest <= 0.5")
         need_choice("save_dtype", self.save_dtype, ("bfloat16", "float32"))
 
     @property
@@ -92,8 +133,16 @@ class TrainConfig:
         """Tokens seen in training (whole rows per step)."""
         return sum(self.batch_tokens // self.length(i) * self.length(i) for i in range(self.steps))
 
+    @property
+    def max_length(self) -> int:
+        """Longest training row."""
+        return max(tuple(self.lengths if not self.stages else ()) + tuple(n for _, n in self.stages))
+
     def length(self, step: int) -> int:
-        return self.lengths[step % len(self.lengths)]
+        """Sequence length of step `step`: its stage's, or lengths cycled when there are no stages."""
+        if not self.stages:
+            return self.lengths[step % len(self.lengths)]
+        return next((n for until, n in self.stages if step < until), self.stages[-1][1])
 
     def lr_at(self, step: int) -> float:
         if step < self.warmup:
@@ -103,13 +152,17 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["lengths"], d["tasks"] = list(self.lengths), list(self.tasks)
+        for k in ("lengths", "tasks", "eval_tasks", "copy_span"):
+            d[k] = list(d[k])
+        d["stages"] = [list(s) for s in self.stages]
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
-        d = dict(d)
-        d["lengths"], d["tasks"] = tuple(d["lengths"]), tuple(d["tasks"])
+        d = {**LEGACY, **d}
+        for k in ("lengths", "tasks", "eval_tasks", "copy_span"):
+            d[k] = tuple(d[k])
+        d["stages"] = tuple(tuple(s) for s in d["stages"])
         return cls(**d)
 
 
@@ -125,47 +178,65 @@ class Result:
 
 
 # --- batches ------------------------------------------------------------------------------------------
+TEXT, COPY, TASK = 0, 1, 2  # row kinds
+
+
 def step_batch(cfg: TrainConfig, corpus, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Step `step`'s batch: ids [R, L], labels [R, L] (IGNORE where not learned) and is_task [R]."""
+    """Step `step`'s batch: ids [R, L], labels [R, L] (IGNORE where not learned) and each row's kind [R] (TEXT,
+    COPY, TASK). Text and copy rows are labelled everywhere, task rows on their answers."""
     length = cfg.length(step)
     rows = cfg.batch_tokens // length
-    n_task = round(rows * cfg.task_fraction) if cfg.tasks else 0
-    ids = [corpus.windows("train", rows - n_task, length, seed=_seed(cfg.seed, step, 0))] if rows > n_task else []
-    labels = [ids[0].clone()] if ids else []
+    n_task = round(rows * cfg.task_fraction) if cfg.tasks and length >= cfg.task_min_length else 0
+    n_copy = min(rows - n_task, round(rows * (cfg.copy_fraction + (0 if n_task else cfg.task_fraction))))
+    n_text = rows - n_task - n_copy
+    ids = [corpus.windows("train", n_text, length, seed=_seed(cfg.seed, step, 0))] if n_text else []
+    if n_copy:
+        lo, hi = (max(2, int(f * length)) for f in cfg.copy_span)
+        span = (min(lo, (length - 1) // 2), min(hi, (length - 1) // 2))
+        ids.append(copy_rows(corpus, "train", _seed(cfg.seed, step, 999), n_copy, length, span=span)[0])
+    labels = [x.clone() for x in ids]
     for j in range(n_task):
         task = T.TASKS[cfg.tasks[(step * n_task + j) % len(cfg.tasks)]]
         i, lab = T.render(task.training_sample(_seed(cfg.seed, step, j + 1), length))
         ids.append(i[None])
         labels.append(lab[None])
-    is_task = torch.arange(rows) >= rows - n_task
-    return torch.cat(ids), torch.cat(labels), is_task
+    kind = torch.tensor([TEXT] * n_text + [COPY] * n_copy + [TASK] * n_task)
+    return torch.cat(ids), torch.cat(labels), kind
 
 
 def _seed(seed: int, step: int, j: int) -> int:
     return (seed * 1_000_003 + step) * 1009 + j  # distinct per (seed, step, row) for any realistic sizes
 
 
-def losses(logits: torch.Tensor, labels: torch.Tensor, is_task: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(text loss, task loss): mean next-token cross-entropy over text rows and over task answers (nats)."""
-    lp = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=T.IGNORE,
-                         reduction="none").view(labels.shape[0], -1)  # [R, L - 1]
-    m = (labels[:, 1:] != T.IGNORE).float()
-    out = []
-    for rows in (~is_task, is_task):
+def losses(logits: torch.Tensor, ids: torch.Tensor, labels: torch.Tensor, kind: torch.Tensor) -> dict:
+    """Mean next-token cross-entropies (nats): "text" over text rows, "copy" over copy rows, "task" over task
+    answers, "dense" over every token of the task rows."""
+    lp = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten(),
+                         reduction="none").view(ids.shape[0], -1)  # [R, L - 1]
+    answer = (labels[:, 1:] != T.IGNORE).float()
+    every = torch.ones_like(answer)
+    out = {}
+    for name, rows, m in (("text", kind == TEXT, every), ("copy", kind == COPY, every), ("task", kind == TASK, answer),
+                          ("dense", kind == TASK, every)):
         w = m[rows]
-        out.append((lp[rows] * w).sum() / w.sum() if w.sum() > 0 else logits.new_zeros(()))
-    return out[0], out[1]
+        out[name] = (lp[rows] * w).sum() / w.sum() if w.sum() > 0 else logits.new_zeros(())
+    return out
 
 
 # --- evaluation ---------------------------------------------------------------------------------------
+DECILES = tuple((i + 0.5) / 10 for i in range(10))  # niah depths of the sweep: the middle of each decile
+
+
 @torch.no_grad()
 def evaluate(model, corpus, windows: int = 16, samples: int = 32, length: int = 512, seed: int = 12345,
-             tasks=tuple(T.TASKS), device: str | torch.device = "cpu", batch: int = 8) -> dict:
-    """Held-out text loss (nats per byte), each task's accuracy and the copy probe's gain (kvlab.train.probe: how
-    much a repeated random string's second copy is easier, nats per byte), on seeded held-out material (seeds
-    apart from training's: task samples from `seed`, text windows from the held-out split)."""
-    for k, v in (("windows", windows), ("samples", samples), ("batch", batch)):
+             tasks=tuple(T.TASKS), device: str | torch.device = "cpu", batch: int = 8, depth_samples: int = 0,
+             copy_strings: int = 8) -> dict:
+    """Held-out text loss (nats per byte), each task's accuracy, niah's accuracy per depth decile (when
+    `depth_samples` > 0) and the copy probe (kvlab.train.probe: gain in nats per byte, accuracy), on seeded held-out
+    material (seeds apart from training's: task samples from `seed`, text windows from the held-out split)."""
+    for k, v in (("windows", windows), ("samples", samples), ("batch", batch), ("copy_strings", copy_strings)):
         need_int(k, v, 1)
+    need_int("depth_samples", depth_samples, 0)
     was = model.training
     model.eval()
     x = corpus.windows("heldout", windows, length, seed)
@@ -177,16 +248,24 @@ def evaluate(model, corpus, windows: int = 16, samples: int = 32, length: int = 
         n += xb[:, 1:].numel()
     out = {"heldout_loss": tot / n, "tasks": {}}
     for name in tasks:
-        right = count = 0
-        ss = T.get_task(name).samples(seed, samples, length)
-        for i in range(0, samples, batch):
-            ids, lab = T.batch(ss[i:i + batch])
-            r, c = T.score_predictions(_logits(model, ids.to(device)).argmax(-1).cpu(), lab)
-            right, count = right + r, count + c
-        out["tasks"][name] = right / count
-    out["copy_gain"] = copy_probe(model, seed, device=device).gain
+        out["tasks"][name] = _accuracy(model, T.get_task(name).samples(seed, samples, length), device, batch)
+    if depth_samples:
+        niah = T.get_task("niah")
+        out["niah_depth"] = [_accuracy(model, niah.samples(seed + 1 + i, depth_samples, length, depth=d), device,
+                                       batch) for i, d in enumerate(DECILES)]
+    probe = copy_probe(model, seed, n=copy_strings, length=length, corpus=corpus, device=device, batch=batch)
+    out["copy_gain"], out["copy_accuracy"] = probe.gain, probe.accuracy
     model.train(was)
     return out
+
+
+def _accuracy(model, samples, device, batch) -> float:
+    right = count = 0
+    for i in range(0, len(samples), batch):
+        ids, lab = T.batch(samples[i:i + batch])
+        r, c = T.score_predictions(_logits(model, ids.to(device)).argmax(-1).cpu(), lab)
+        right, count = right + r, count + c
+    return right / count
 
 
 def _logits(model, ids):
@@ -194,9 +273,11 @@ def _logits(model, ids):
 
 
 # --- training -----------------------------------------------------------------------------------------
-def train(cfg: TrainConfig, stop_after: int | None = None, progress: bool = True, evaluate_final: bool = True) -> Result:
+def train(cfg: TrainConfig, stop_after: int | None = None, progress: bool = True, evaluate_final: bool = True,
+          log=None) -> Result:
     """Train `cfg` from scratch. `stop_after` ends after that many steps with the schedule of the full run
-    (so a short rerun reproduces the start of a committed curve)."""
+    (so a short rerun reproduces the start of a committed curve); `log(evaluation)` is called after each
+    evaluation (e.g. to follow a long run)."""
     steps = cfg.steps if stop_after is None else min(cfg.steps, need_int("stop_after", stop_after, 1))
     corpus = load_corpus(cfg.corpus_seed)
     dev = torch.device(cfg.device)
@@ -205,39 +286,52 @@ def train(cfg: TrainConfig, stop_after: int | None = None, progress: bool = True
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     other = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": other, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
-    curve = {"step": [], "lr": [], "text_loss": [], "task_loss": [], "aux_loss": [], "eval": []}
+                             {"params": other, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, cfg.beta2))
+    curve = {"step": [], "lr": [], "length": [], "text_loss": [], "copy_loss": [], "task_loss": [], "dense_loss": [],
+             "aux_loss": [], "eval": []}
     from tqdm.auto import tqdm
     bar = tqdm(range(steps), desc=f"train {cfg.name}", unit="step", disable=not progress)
     t0 = time.perf_counter()
     for step in bar:
-        ids, labels, is_task = step_batch(cfg, corpus, step)
+        ids, labels, kind = step_batch(cfg, corpus, step)
         lr = cfg.lr_at(step)
         for g in opt.param_groups:
             g["lr"] = lr
         out = model(input_ids=ids.to(dev), use_cache=False)
-        text, task = losses(out.logits, labels.to(dev), is_task.to(dev))
+        ls = losses(out.logits, ids.to(dev), labels.to(dev), kind.to(dev))
         aux = getattr(out, "aux_loss", None)
-        loss = text + cfg.task_weight * task + (aux if aux is not None else 0.0)
+        loss = ls["text"] + cfg.copy_weight * ls["copy"] + cfg.task_weight * ls["task"] + \
+            cfg.task_dense * ls["dense"] + (aux if aux is not None else 0.0)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
-        for k, v in (("step", step), ("lr", lr), ("text_loss", text.item()), ("task_loss", task.item()),
-                     ("aux_loss", 0.0 if aux is None else aux.item())):
+        for k, v in (("step", step), ("lr", lr), ("length", ids.shape[1]), ("text_loss", ls["text"].item()),
+                     ("copy_loss", ls["copy"].item()), ("task_loss", ls["task"].item()),
+                     ("dense_loss", ls["dense"].item()), ("aux_loss", 0.0 if aux is None else aux.item())):
             curve[k].append(v)
         bar.set_postfix(text=f"{curve['text_loss'][-1]:.3f}", task=f"{curve['task_loss'][-1]:.3f}")
         last = step + 1 == steps
         if (step + 1) % cfg.eval_every == 0 or (last and evaluate_final):
-            ev = evaluate(model, corpus, cfg.eval_windows, cfg.eval_samples, cfg.eval_length, device=dev)
-            curve["eval"].append({"step": step + 1, **ev})
+            ev = evaluate(model, corpus, cfg.eval_windows, cfg.eval_samples, cfg.eval_length, tasks=cfg.eval_tasks,
+                          device=dev, depth_samples=cfg.eval_depth_samples, copy_strings=cfg.eval_copy_strings)
+            since = len(curve["step"]) - (curve["eval"][-1]["step"] if curve["eval"] else 0)
+            means = {f"train_{k}": sum(curve[k][-since:]) / since for k in ("text_loss", "copy_loss", "task_loss")}
+            curve["eval"].append({"step": step + 1, "wall_s": round(time.perf_counter() - t0, 1), **means, **ev})
+            if log is not None:
+                log(curve["eval"][-1])
             bar.write(f"step {step + 1}: held-out {ev['heldout_loss']:.3f} nats/byte; " +
                       ", ".join(f"{k} {v:.2f}" for k, v in ev["tasks"].items()) +
-                      f"; copy gain {ev['copy_gain']:.2f} nats/byte")
+                      f"; copy gain {ev['copy_gain']:.2f} nats/byte, accuracy {ev['copy_accuracy']:.2f}")
     wall = time.perf_counter() - t0
     model.eval()
     record = _record(cfg, corpus, model, steps, wall)
-    final = curve["eval"][-1] if curve["eval"] else {}
+    final = dict(curve["eval"][-1]) if curve["eval"] else {}
+    if evaluate_final and cfg.save_dtype != "float32":  # the saved weights, computing in their dtype (BF16 cache)
+        low = copy.deepcopy(model).to(getattr(torch, cfg.save_dtype))
+        final[cfg.save_dtype] = evaluate(low, corpus, cfg.eval_windows, cfg.eval_samples, cfg.eval_length,
+                                         tasks=cfg.eval_tasks, device=dev, depth_samples=cfg.eval_depth_samples,
+                                         copy_strings=cfg.eval_copy_strings)
     return Result(model, cfg, curve, record, final)
 
 

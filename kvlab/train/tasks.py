@@ -14,6 +14,12 @@ Tasks (all text, ASCII):
   vartrack  variable tracking (RULER's vt, asked the other way round): Python-like assignment chains
             "x = 4821" ... "y = x" ... "z = y" among filler lines and distractor chains; the question
             "print(z) #" is answered with the chain's value.
+  recall    MQAR with multi-byte keys distinct within a sample ("Qx3 ..." -> "3"): answerable by an induction
+            head that matches the key's two bytes (a one-byte key is not: see reference facts on small models).
+  niah      needle in a haystack laid out for induction: facts "The code <key>=<value>. " in filler, the question
+            "Recall <key>=" repeats the key and its "=", so copying what followed it answers; the asked fact at a
+            chosen depth (`depth`, for accuracy by depth decile). Keys and values differ from each other at every
+            character position, so a match on the previous two bytes names one fact.
 Chance is what a guesser uniform over the answer alphabet scores (`chance`).
 """
 from __future__ import annotations
@@ -188,6 +194,51 @@ def needle(seed: int, length: int, needles: int | None = None, key_len: int = 4,
     return Sample("needle", _merge([(text + question, False), (values[ask], True), (tail, False)]))
 
 
+def recall(seed: int, length: int, pairs: int | None = None, key_len: int = 2, value_len: int = 1) -> Sample:
+    """MQAR (`mqar`'s layout) with `key_len`-letter keys, distinct within the sample."""
+    s = mqar(seed, length, pairs, key_len, value_len)
+    return Sample("recall", s.segments)
+
+
+def _distinct_columns(rng: random.Random, count: int, n: int, alphabet: str) -> list[str]:
+    """`count` words of `n` characters that differ from each other at every position."""
+    if count > len(alphabet):
+        raise ParameterError(f"{count} words cannot differ at every position with {len(alphabet)} characters")
+    cols = [rng.sample(alphabet, count) for _ in range(n)]
+    return ["".join(c[i] for c in cols) for i in range(count)]
+
+
+def niah(seed: int, length: int, needles: int | None = None, key_len: int = 4, value_len: int = 4,
+         depth: float | None = None) -> Sample:
+    """`needles` facts "The code <key>=<value>. " in filler text (default: one per 128 characters, at most 4); the
+    asked one at `depth` (0 = first, 1 = last piece of filler before it; None: seeded random), the others at seeded
+    places; then "\nRecall <key>=" -> "<value>"."""
+    need_int("seed", seed)
+    need_int("length", length, 1)
+    needles = need_int("needles", needles, 1) if needles is not None else max(1, min(4, length // 128))
+    if depth is not None and not 0.0 <= depth <= 1.0:
+        raise ParameterError(f"niah: depth = {depth} is not in [0, 1]")
+    rng = random.Random(f"niah:{seed}")
+    keys = _distinct_columns(rng, needles, key_len, LOWER)
+    values = _distinct_columns(rng, needles, value_len, DIGITS)
+    facts = [f"The code {k}={v}. " for k, v in zip(keys, values)]
+    ask = rng.randrange(needles)
+    question, tail = f"\nRecall {keys[ask]}=", ".\n"
+    room = length - len(question) - value_len - len(tail) - sum(map(len, facts))
+    if room < 0:
+        raise ParameterError(f"niah: {needles} needles and the question need {length - room} characters, "
+                             f"more than length = {length}")
+    filler = _pieces(rng, room, NEEDLE_FILLER, lambda r: " " * r)
+    at = rng.randint(0, len(filler)) if depth is None else round(depth * len(filler))
+    slots = sorted([(rng.randint(0, len(filler)), i) for i in range(needles) if i != ask] + [(at, ask)])
+    out, prev = [], 0
+    for slot, i in slots:
+        out += filler[prev:slot] + [facts[i]]
+        prev = slot
+    text = "".join(out + filler[prev:])
+    return Sample("niah", _merge([(text + question, False), (values[ask], True), (tail, False)]))
+
+
 VT_FILLER = ("pass\n", "i += 1\n", "data.append(i)\n", "if flag:\n", "total = total + 1\n", "print(total)\n",
              "result = None\n", "# nothing happens here\n")  # kvlab's own filler lines
 
@@ -276,6 +327,10 @@ TASKS: dict[str, Task] = {t.name: t for t in (
          lambda rng, n: {"needles": rng.randint(1, max(1, min(4, n // 128)))}),
     Task("vartrack", vartrack, DIGITS, lambda o: o.get("value_len", 4), "variable tracking (RULER vt)",
          lambda rng, n: {"hops": rng.randint(0, 2), "chains": rng.randint(1, 2)}),
+    Task("recall", recall, DIGITS, lambda o: o.get("value_len", 1), "MQAR with two-letter keys (induction-reachable)",
+         lambda rng, n: {"pairs": rng.randint(1, _mqar_pairs(n, 2))}),
+    Task("niah", niah, DIGITS, lambda o: o.get("value_len", 4), "needle in a haystack by depth (induction-reachable)",
+         lambda rng, n: {"needles": rng.randint(1, max(1, min(4, n // 128)))}),
 )}
 
 
