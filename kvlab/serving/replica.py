@@ -71,14 +71,24 @@ class Replica:
         load_s = 0.0
         preempted = False
         i = 0
-        while i < len(self.running) and budget > 0:
-            r = self.running[i]
-            n = min(self._need(r), budget)
+        comp, gen, inp, held, pt = a.computed, a.generated, a.input, a.held, self.page_tokens
+        running = self.running
+        while i < len(running) and budget > 0:
+            r = running[i]
+            c = comp[r]
+            need = inp[r] + gen[r] - c
+            if need == 1 and c % pt and gen[r]:  # decode inside its last page: nothing to allocate (hot path)
+                plan.append((r, 1))
+                decode.append(c)
+                budget -= 1
+                i += 1
+                continue
+            n = min(need, budget)
             while not self._grow(r, n):
-                victim = self.running.pop()
+                victim = running.pop()
                 self._release(victim)
-                a.reached[victim] = max(int(a.reached[victim]), int(a.computed[victim]))
-                a.computed[victim] = 0
+                a.reached[victim] = max(a.reached[victim], comp[victim])
+                comp[victim] = 0
                 self.waiting.appendleft(victim)
                 self.preemptions += 1
                 a.preempted[victim] += 1
@@ -87,6 +97,10 @@ class Replica:
                     break
             else:
                 plan.append((r, n))
+                if n == 1 and gen[r] and need == 1:
+                    decode.append(c)
+                else:
+                    prefill.append((n, c))
                 budget -= n
                 i += 1
                 continue
@@ -117,13 +131,12 @@ class Replica:
             self.waiting.popleft()
             self.running.append(r)
             plan.append((r, n))
-            budget -= n
-        for r, n in plan:
-            c = int(a.computed[r])
-            if n == 1 and a.generated[r] > 0 and self._need(r) == 1:
+            c = a.computed[r]
+            if n == 1 and a.generated[r] and self._need(r) == 1:
                 decode.append(c)
             else:
                 prefill.append((n, c))
+            budget -= n
         self.plan = plan
         return prefill, decode, load_s
 
@@ -131,13 +144,16 @@ class Replica:
         """Apply the step that ended at `now`; returns the requests it completed."""
         a = self.a
         done = []
+        comp, gen, inp, out = a.computed, a.generated, a.input, a.output
         for r, n in self.plan:
-            a.computed[r] += n
-            if a.computed[r] == a.input[r] + a.generated[r]:
-                a.generated[r] += 1
-                if a.generated[r] == 1:
+            c = comp[r] + n
+            comp[r] = c
+            if c == inp[r] + gen[r]:
+                g = gen[r] + 1
+                gen[r] = g
+                if g == 1:
                     a.first_token[r] = now
-                if a.generated[r] >= a.output[r]:
+                if g >= out[r]:
                     a.finished[r] = now
                     done.append(r)
         if done:

@@ -74,18 +74,19 @@ class _Arrays:
     def __init__(self, trace: Trace, read_bw):
         R = len(trace)
         self.trace = trace
-        self.input = trace.input_tokens.astype(np.int64)  # prompt tokens
-        self.output = np.maximum(trace.output_tokens.astype(np.int64), 1)  # tokens to generate (at least one)
+        # scalar state the scheduler touches every step lives in Python lists (faster to index than arrays)
+        self.input = trace.input_tokens.astype(np.int64).tolist()  # prompt tokens
+        self.output = np.maximum(trace.output_tokens.astype(np.int64), 1).tolist()  # tokens to generate (>= 1)
         self.arrival = np.full(R, np.nan)  # arrival time (closed loop: set when the previous turn ends)
-        self.computed = np.zeros(R, np.int64)  # tokens in the KV cache (vLLM num_computed_tokens)
-        self.generated = np.zeros(R, np.int64)  # tokens sampled so far
-        self.held = np.zeros(R, np.int64)  # KV pages held
-        self.reached = np.zeros(R, np.int64)  # most tokens computed before a preemption
-        self.preempted = np.zeros(R, np.int64)  # times preempted
-        self.looked = np.zeros(R, bool)  # prefix lookup done
-        self.started = np.full(R, -1.0)  # first admission time (-1: not yet)
-        self.first_token = np.full(R, np.nan)  # time of the first output token
-        self.finished = np.full(R, np.nan)  # time of the last output token
+        self.computed = [0] * R  # tokens in the KV cache (vLLM num_computed_tokens)
+        self.generated = [0] * R  # tokens sampled so far
+        self.held = [0] * R  # KV pages held
+        self.reached = [0] * R  # most tokens computed before a preemption
+        self.preempted = [0] * R  # times preempted
+        self.looked = [False] * R  # prefix lookup done
+        self.started = [-1.0] * R  # first admission time (-1: not yet)
+        self.first_token = [math.nan] * R  # time of the first output token
+        self.finished = [math.nan] * R  # time of the last output token
         self.rejected = np.zeros(R, bool)  # can never fit: refused at arrival
         self.replica = np.full(R, -1, np.int64)  # replica the router chose
         self.hit_blocks = np.zeros((R, 3), np.int64)  # prefix-hit blocks per tier
@@ -264,12 +265,14 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
                 t_end = max(t_end, now)
                 leave(r, now)
             start(rep, now)
-    ok = ~a.rejected & np.isfinite(a.finished)
-    queue = np.where(ok, a.started - a.arrival, np.nan)
-    ttft = np.where(ok, a.first_token - a.arrival, np.nan)
-    e2e = np.where(ok, a.finished - a.arrival, np.nan)
+    fin, first, started = np.array(a.finished), np.array(a.first_token), np.array(a.started)
+    outn, inp = np.array(a.output, np.int64), np.array(a.input, np.int64)
+    ok = ~a.rejected & np.isfinite(fin)
+    queue = np.where(ok, started - a.arrival, np.nan)
+    ttft = np.where(ok, first - a.arrival, np.nan)
+    e2e = np.where(ok, fin - a.arrival, np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(ok & (a.output > 1), (a.finished - a.first_token) / (a.output - 1), np.nan)
+        tpot = np.where(ok & (outn > 1), (fin - first) / (outn - 1), np.nan)
     hit_blocks = a.hit_blocks.sum(0)
     hit_tokens = a.hit_tier_tok.sum(0)
     moved: dict = {}
@@ -279,8 +282,8 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
                 moved[k] = moved.get(k, 0) + v
     span = float(t_end - t0) if t0 is not None else 0.0
     return ServeResult(cfg, a.arrival, queue, ttft, tpot, e2e, a.rejected.copy(),
-                       np.where(ok, a.output, 0), a.input, hit_blocks, hit_tokens, moved, span,
-                       np.array([r.busy_s for r in reps]), steps, sum(r.preemptions for r in reps),
+                       np.where(ok, outn, 0), inp, hit_blocks, hit_tokens, moved, span,
+                       np.array([r.busy_s for r in reps]), steps, int(sum(r.preemptions for r in reps)),
                        float(area / span) if span > 0 else 0.0, slo)
 
 
