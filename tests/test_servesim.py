@@ -11,7 +11,7 @@ from kvlab.serving.router import ROUTERS
 from kvlab.serving.simulator import ServeConfig, deployment_config, simulate_serving
 from kvlab.serving.stepmodel import AffineStepModel, StepModel
 from kvlab.sim.tiering import make_tiers, simulate
-from kvlab.sim.traces import Trace, load_trace
+from kvlab.sim.traces import Trace, have_trace, load_trace
 
 MODEL = "llama-3.1-8b"
 
@@ -74,8 +74,10 @@ def test_saturation_matches_batch_throughput():
     assert r.summary()["throughput_tokens_per_s"] == pytest.approx(m.decode_throughput(B), rel=0.01)
 
 
-@pytest.mark.parametrize("name", ["synthetic"])
+@pytest.mark.parametrize("name", ["synthetic", "mooncake-conversation"])
 def test_unbounded_hits_equal_kvlab_simulate(name):
+    if name != "synthetic" and not have_trace(name):
+        pytest.skip(f"{name} is not on this machine")
     tr = load_trace(name, limit=3000)
     r = simulate_serving(tr, deployment_config(MODEL, "H100", tr, hbm_gb=1e6, closed_loop=False))
     s = simulate(tr, make_tiers(MODEL, 1e6, gpu="H100", block_tokens=tr.block_tokens))
@@ -113,6 +115,16 @@ def test_preemption_by_recompute_and_rejection():
     # one request that can never fit the pool is rejected, the others served
     r = simulate_serving(plain([0.0, 0.1, 0.2], [100, 5000, 100], 10), ServeConfig(pool_tokens=4096), m)
     assert r.rejected.tolist() == [False, True, False] and r.summary()["completed"] == 2
+
+
+def test_azure_trace_and_empty_prompt():
+    if have_trace("azure-code-2023"):
+        tr = load_trace("azure-code-2023", limit=500)
+        s = simulate_serving(tr, deployment_config(MODEL, "H100", tr, replicas=2, router="least_loaded")).summary()
+        assert s["completed"] + s["rejected"] == 500 and s["token_hit_rate"] == 0.0
+    cfg = ServeConfig(cache_blocks=(100, 0, 0))
+    tr = Trace("e", np.zeros(2), np.array([0, 0]), np.array([3, 3]), np.array([0, 0, 0]), np.zeros(0, np.int64), 512)
+    assert simulate_serving(tr, cfg).summary()["completed"] == 2
 
 
 def test_closed_loop_sessions_wait_for_their_turn():

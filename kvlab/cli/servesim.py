@@ -59,7 +59,7 @@ def register(sub) -> None:
     m.add_argument("--router", default="round_robin", choices=list(ROUTERS))
     m.add_argument("--kv-format", default=None)
     m.add_argument("--hbm-gb", type=_number("--hbm-gb"), default=None,
-                   help="prefix cache in HBM, GB (default: the KV pool's size)")
+                   help="prefix cache in HBM per replica, GB (default: the KV pool over the replica's GPUs)")
     m.add_argument("--dram-gb", type=_number("--dram-gb"), default=0.0)
     m.add_argument("--ssd-gb", type=_number("--ssd-gb"), default=0.0)
     m.add_argument("--policy", default="lru", choices=["lru"], help="eviction policy of every tier (lru)")

@@ -117,12 +117,12 @@ class Replica:
                     a.hit_tier_tok[r] = tier_tok
                     a.hit_tok[r] = hit_tok
                     load_s += float((hits[1:] * self.cache.block_bytes / a.read_bw[1:]).sum())
-                    a.computed[r] = min(hit_tok, int(a.input[r]) - 1)
+                    a.computed[r] = max(0, min(hit_tok, a.input[r] - 1))
             elif a.started[r] < 0:  # looked up before, not admitted then
-                a.computed[r] = min(int(a.hit_tok[r]), int(a.input[r]) - 1)
+                a.computed[r] = max(0, min(int(a.hit_tok[r]), a.input[r] - 1))
             elif self.cache is not None:  # resumed after preemption: the pages it had computed may still be cached
                 hb = self.cache.hbm_overlap(a.blocks_of(r))
-                a.computed[r] = min(a.hit_tokens_of(r, hb), int(a.reached[r]), int(a.input[r]) - 1)
+                a.computed[r] = max(0, min(a.hit_tokens_of(r, hb), a.reached[r], a.input[r] - 1))
             n = min(self._need(r), budget)
             if not self._grow(r, n):
                 break

@@ -293,7 +293,7 @@ def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", 
                       activation_gb: float = 4.0, **scheduler) -> ServeConfig:
     """A ServeConfig for `replicas` copies of `model` on `gpu` under TP x PP: the KV pool of one replica is
     kvlab.serving.capacity.plan's usable KV bytes over its per-GPU bytes per token (the engine's paging and memory
-    rule); the prefix cache holds `hbm_gb` (default: the pool's bytes) plus the DRAM / SSD budgets, in trace
+    rule); the prefix cache holds `hbm_gb` (default: the pool's bytes over the replica's GPUs) plus the DRAM / SSD budgets, in trace
     blocks, with the GPU's bandwidths (kvlab.sim.tiering.make_tiers). `scheduler`: other ServeConfig fields."""
     from .capacity import plan
     from .hardware import get_gpu
@@ -310,7 +310,7 @@ def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", 
     page = allocate(model, kv_format=kv_format, engine=engine).engine.block_tokens or 16  # exact storage: vLLM's 16
     g = get_gpu(gpu)
     bt = trace.block_tokens
-    hbm = cap.usable_kv_bytes / 1e9 if hbm_gb is None else hbm_gb
+    hbm = cap.usable_kv_bytes * par.gpus / 1e9 if hbm_gb is None else hbm_gb  # the replica's GPUs hold the pool
     tiers = make_tiers(model, hbm, dram_gb, ssd_gb, gpu=g, block_tokens=bt, ttl_s=ttl_s, kv_format=kv_format)
     return ServeConfig(replicas=need_int("replicas", replicas, 1), pool_tokens=pool, page_tokens=page,
                        cache_blocks=tiers.capacity_blocks if trace.has_prefixes else None,
