@@ -1,0 +1,165 @@
+"""One replica's vLLM-V1-like scheduler: continuous batching, chunked prefill under max_num_batched_tokens,
+a paged KV pool, prefix caching and preemption by recompute.
+
+Rules follow vllm/v1/core/sched/scheduler.py (Scheduler.schedule): running requests first, in order, each
+taking min(tokens it still needs, the step's remaining token budget); when the pool cannot hold a running
+request's new tokens the last running request is preempted (its blocks freed, num_computed_tokens reset to 0,
+put back at the head of the waiting queue) until it fits; then waiting requests are admitted in FCFS order
+while budget, max_num_seqs and free blocks allow, none after a preemption in the same step. A request whose
+tokens are all computed samples one token at the end of the step (the first one ends its prefill).
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class Replica:
+    """Scheduler state of one replica; per-request arrays are shared with the simulator (index = request)."""
+
+    def __init__(self, index: int, pool_blocks: int, page_tokens: int, max_batched: int, max_seqs: int, cache,
+                 arrays):
+        self.index = index  # replica number
+        self.pool_blocks = pool_blocks  # KV pool pages on this replica
+        self.page_tokens = page_tokens  # tokens per page (vLLM block_size)
+        self.max_batched = max_batched  # max_num_batched_tokens
+        self.max_seqs = max_seqs  # max_num_seqs
+        self.cache = cache  # TierCache, or None without prefix information
+        self.a = arrays  # the simulator's per-request arrays
+        self.free = pool_blocks  # free pages
+        self.waiting: deque[int] = deque()  # request ids, FCFS
+        self.running: list[int] = []  # request ids in admission order
+        self.busy_until = -1.0  # end of the step in flight (-1: idle)
+        self.busy_s = 0.0  # seconds spent in steps
+        self.steps = 0  # steps run
+        self.preemptions = 0  # requests preempted (recomputed later)
+        self.plan: list[tuple[int, int]] = []  # (request, tokens) scheduled in the step in flight
+
+    def outstanding(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def active_blocks(self) -> int:
+        return self.pool_blocks - self.free + sum(cdiv(int(self.a.input[r]), self.page_tokens) for r in self.waiting)
+
+    def _need(self, r: int) -> int:
+        a = self.a
+        return int(a.input[r] + a.generated[r] - a.computed[r])
+
+    def _grow(self, r: int, n: int) -> bool:
+        a = self.a
+        want = cdiv(int(a.computed[r]) + n, self.page_tokens) - int(a.held[r])
+        if want > self.free:
+            return False
+        self.free -= want
+        a.held[r] += want
+        return True
+
+    def _release(self, r: int) -> None:
+        self.free += int(self.a.held[r])
+        self.a.held[r] = 0
+
+    def schedule(self, now: float):
+        """Form the next step: (prefill chunks (new, context), decode contexts, seconds of tier loads)."""
+        a = self.a
+        budget = self.max_batched
+        plan, prefill, decode = [], [], []
+        load_s = 0.0
+        preempted = False
+        i = 0
+        comp, gen, inp, held, pt = a.computed, a.generated, a.input, a.held, self.page_tokens
+        running = self.running
+        while i < len(running) and budget > 0:
+            r = running[i]
+            c = comp[r]
+            need = inp[r] + gen[r] - c
+            if need == 1 and c % pt and gen[r]:  # decode inside its last page: nothing to allocate (hot path)
+                plan.append((r, 1))
+                decode.append(c)
+                budget -= 1
+                i += 1
+                continue
+            n = min(need, budget)
+            while not self._grow(r, n):
+                victim = running.pop()
+                self._release(victim)
+                a.reached[victim] = max(a.reached[victim], comp[victim])
+                comp[victim] = 0
+                self.waiting.appendleft(victim)
+                self.preemptions += 1
+                a.preempted[victim] += 1
+                preempted = True
+                if victim == r:
+                    break
+            else:
+                plan.append((r, n))
+                if n == 1 and gen[r] and need == 1:
+                    decode.append(c)
+                else:
+                    prefill.append((n, c))
+                budget -= n
+                i += 1
+                continue
+            break
+        while (self.waiting and budget > 0 and len(self.running) < self.max_seqs and not preempted):
+            r = self.waiting[0]
+            if not a.looked[r]:  # first try: prefix lookup, hits count once
+                a.looked[r] = True
+                if self.cache is not None:
+                    blocks = a.blocks_of(r)
+                    hits, tier_tok = self.cache.access(blocks, a.tokens_of(r), now)
+                    hit_tok = int(tier_tok.sum())
+                    a.hit_blocks[r] = hits
+                    a.hit_tier_tok[r] = tier_tok
+                    a.hit_tok[r] = hit_tok
+                    load_s += float((hits[1:] * self.cache.block_bytes / a.read_bw[1:]).sum())
+                    a.computed[r] = max(0, min(hit_tok, a.input[r] - 1))
+            elif a.started[r] < 0:  # looked up before, not admitted then
+                a.computed[r] = max(0, min(int(a.hit_tok[r]), a.input[r] - 1))
+            elif self.cache is not None:  # resumed after preemption: the pages it had computed may still be cached
+                hb = self.cache.hbm_overlap(a.blocks_of(r))
+                a.computed[r] = max(0, min(a.hit_tokens_of(r, hb), a.reached[r], a.input[r] - 1))
+            n = min(self._need(r), budget)
+            if not self._grow(r, n):
+                break
+            if a.started[r] < 0:
+                a.started[r] = now
+            self.waiting.popleft()
+            self.running.append(r)
+            plan.append((r, n))
+            c = a.computed[r]
+            if n == 1 and a.generated[r] and self._need(r) == 1:
+                decode.append(c)
+            else:
+                prefill.append((n, c))
+            budget -= n
+        self.plan = plan
+        return prefill, decode, load_s
+
+    def finish_step(self, now: float) -> list[int]:
+        """Apply the step that ended at `now`; returns the requests it completed."""
+        a = self.a
+        done = []
+        comp, gen, inp, out = a.computed, a.generated, a.input, a.output
+        for r, n in self.plan:
+            c = comp[r] + n
+            comp[r] = c
+            if c == inp[r] + gen[r]:
+                g = gen[r] + 1
+                gen[r] = g
+                if g == 1:
+                    a.first_token[r] = now
+                if g >= out[r]:
+                    a.finished[r] = now
+                    done.append(r)
+        if done:
+            gone = set(done)
+            for r in done:
+                self._release(r)
+            self.running = [r for r in self.running if r not in gone]
+        self.plan = []
+        return done

@@ -1,0 +1,318 @@
+"""A discrete-event serving simulator: a trace's requests through R replicas of one deployment behind a router.
+
+Requests arrive at the trace's timestamps; with `closed_loop` (default for traces with session ids, i.e. the
+synthetic agent workload) a session's next turn arrives its trace pause (think time / tool call) after the
+previous turn finished, so slow service delays the session. Each replica runs `kvlab.serving.replica.Replica`
+(vLLM V1's scheduling rules) with a KV pool sized by kvlab's capacity rules for the engine and deployment
+(`kvlab.serving.capacity.plan`: weights, activations, paging) and a prefix cache over HBM / DRAM / SSD
+(`kvlab.serving.prefixcache.TierCache`); each step lasts what the StepModel says plus the time to bring its
+DRAM / SSD prefix hits into HBM. Simplifications: a request's prompt blocks enter the cache when it is admitted
+(not as its chunks complete), and the prefix cache's HBM capacity is its own budget beside the pool.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..checks import need_choice, need_int, need_number, need_type
+from ..errors import ParameterError
+from ..sim.traces import Trace, access_tokens
+from .prefixcache import TierCache
+from .replica import Replica, cdiv
+from .router import ROUTERS, route
+from .stepmodel import AffineStepModel, StepModel
+
+TIERS = ("hbm", "dram", "ssd")
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """One deployment's replicas and their scheduler settings."""
+
+    replicas: int = 1  # R identical replicas (data parallel) behind the router
+    pool_tokens: int = 1_000_000  # KV pool of one replica, tokens (from_deployment sizes it by kvlab's rules)
+    page_tokens: int = 16  # tokens per KV page (vLLM block_size)
+    max_num_batched_tokens: int = 8192  # token budget of one step (vLLM chunked prefill)
+    max_num_seqs: int = 256  # requests running at once per replica (vLLM max_num_seqs)
+    max_model_len: int | None = None  # longest request (prompt + output) accepted; None: the pool's size
+    router: str = "round_robin"  # round_robin, least_loaded or prefix
+    overlap_weight: float = 1.0  # prefix router: weight of uncached prefill blocks against active blocks
+    cache_blocks: tuple[int, int, int] | None = None  # prefix cache per tier, trace blocks; None: no prefix caching
+    block_bytes: int = 1  # bytes of one trace block (tier transfers)
+    read_bytes_per_s: tuple[float, float, float] = (3.35e12, 64e9, 7e9)  # into HBM from each tier (H100 defaults)
+    ttl_s: float = math.inf  # host-tier copies expire this long after last use
+    gpus_per_replica: int = 1  # GPUs of one replica (TP x PP), for GPU-seconds
+    closed_loop: bool | None = None  # sessions wait for their previous turn; None: when the trace has sessions
+
+    def __post_init__(self):
+        need_int("replicas", self.replicas, 1)
+        need_int("pool_tokens", self.pool_tokens, 1)
+        need_int("page_tokens", self.page_tokens, 1)
+        need_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        need_int("max_num_seqs", self.max_num_seqs, 1)
+        if self.max_model_len is not None:
+            need_int("max_model_len", self.max_model_len, 1)
+        need_choice("router", self.router, ROUTERS)
+        need_number("overlap_weight", self.overlap_weight, 0.0)
+        need_int("gpus_per_replica", self.gpus_per_replica, 1)
+        need_number("ttl_s", self.ttl_s, 0.0, lo_open=True, finite=False)
+        if self.cache_blocks is not None:
+            if len(self.cache_blocks) != 3:
+                raise ParameterError("cache_blocks needs one capacity per tier (hbm, dram, ssd)")
+            for t, c in zip(TIERS, self.cache_blocks):
+                need_int(f"{t} cache blocks", c, 0)
+        for t, bw in zip(TIERS, self.read_bytes_per_s):
+            need_number(f"{t} read bandwidth (B/s)", bw, 0.0, lo_open=True)
+
+
+class _Arrays:
+    """Per-request state in flat arrays (index = request)."""
+
+    def __init__(self, trace: Trace, read_bw):
+        R = len(trace)
+        self.trace = trace
+        # scalar state the scheduler touches every step lives in Python lists (faster to index than arrays)
+        self.input = trace.input_tokens.astype(np.int64).tolist()  # prompt tokens
+        self.output = np.maximum(trace.output_tokens.astype(np.int64), 1).tolist()  # tokens to generate (>= 1)
+        self.arrival = np.full(R, np.nan)  # arrival time (closed loop: set when the previous turn ends)
+        self.computed = [0] * R  # tokens in the KV cache (vLLM num_computed_tokens)
+        self.generated = [0] * R  # tokens sampled so far
+        self.held = [0] * R  # KV pages held
+        self.reached = [0] * R  # most tokens computed before a preemption
+        self.preempted = [0] * R  # times preempted
+        self.looked = [False] * R  # prefix lookup done
+        self.started = [-1.0] * R  # first admission time (-1: not yet)
+        self.first_token = [math.nan] * R  # time of the first output token
+        self.finished = [math.nan] * R  # time of the last output token
+        self.rejected = np.zeros(R, bool)  # can never fit: refused at arrival
+        self.replica = np.full(R, -1, np.int64)  # replica the router chose
+        self.hit_blocks = np.zeros((R, 3), np.int64)  # prefix-hit blocks per tier
+        self.hit_tok = np.zeros(R, np.int64)  # prefix-hit tokens
+        self.hit_tier_tok = np.zeros((R, 3), np.int64)  # prefix-hit tokens per tier
+        self.read_bw = np.asarray(read_bw, float)  # into HBM from each tier
+        self.off = trace.block_offsets
+        self.ids = trace.block_ids
+        if trace.has_prefixes:
+            self.tok = access_tokens(trace, trace.request_of_access)  # tokens of every block access
+
+    def blocks_of(self, r: int):
+        return self.ids[self.off[r]:self.off[r + 1]].tolist() if self.ids is not None else []
+
+    def tokens_of(self, r: int) -> np.ndarray:
+        return self.tok[self.off[r]:self.off[r + 1]]
+
+    def hit_tokens_of(self, r: int, n_blocks: int) -> int:
+        return int(self.tok[self.off[r]:self.off[r] + n_blocks].sum()) if n_blocks else 0
+
+
+@dataclass
+class ServeResult:
+    """Per request and per run outcomes."""
+
+    config: ServeConfig  # what was simulated
+    arrival_s: np.ndarray  # [R] arrival times
+    queue_s: np.ndarray  # [R] arrival to first admission (NaN: rejected)
+    ttft_s: np.ndarray  # [R] arrival to first token
+    tpot_s: np.ndarray  # [R] mean time per output token after the first (NaN: one output token)
+    e2e_s: np.ndarray  # [R] arrival to last token
+    rejected: np.ndarray  # [R] refused: the request can never fit
+    output_tokens: np.ndarray  # [R] tokens generated
+    input_tokens: np.ndarray  # [R] prompt tokens
+    hit_blocks: np.ndarray  # [3] prefix-hit blocks per tier
+    hit_tokens: np.ndarray  # [3] prefix-hit tokens per tier
+    moved_bytes: dict  # "src->dst" -> bytes over all replicas
+    makespan_s: float  # first arrival to last completion
+    busy_s: np.ndarray  # [replicas] seconds each replica spent in steps
+    steps: int  # steps run over all replicas
+    preemptions: int  # preemptions by recompute
+    mean_in_system: float  # time-average requests in the system, integrated by the event loop
+    slo: dict = field(default_factory=dict)  # ttft_s / tpot_s limits used for goodput
+
+    @property
+    def completed(self) -> np.ndarray:
+        return ~self.rejected & np.isfinite(self.e2e_s)
+
+    def goodput(self, ttft_s: float = math.inf, tpot_s: float = math.inf) -> float:
+        """Completed requests per second meeting both SLOs."""
+        ok = self.completed & (self.ttft_s <= ttft_s) & ~(self.tpot_s > tpot_s)
+        return float(ok.sum() / self.makespan_s) if self.makespan_s > 0 else 0.0
+
+    def summary(self) -> dict:
+        c = self.completed
+        pct = lambda x, q: float(np.nanpercentile(x[c], q)) if c.any() and np.isfinite(x[c]).any() else None
+        inp = int(self.input_tokens[~self.rejected].sum())
+        out_tok = int(self.output_tokens[c].sum())
+        span = self.makespan_s
+        d = dict(requests=len(self.e2e_s), completed=int(c.sum()), rejected=int(self.rejected.sum()),
+                 queue_mean_s=float(self.queue_s[c].mean()) if c.any() else None,
+                 ttft_mean_s=float(self.ttft_s[c].mean()) if c.any() else None,
+                 ttft_p50_s=pct(self.ttft_s, 50), ttft_p99_s=pct(self.ttft_s, 99),
+                 tpot_p50_s=pct(self.tpot_s, 50), tpot_p99_s=pct(self.tpot_s, 99),
+                 e2e_mean_s=float(self.e2e_s[c].mean()) if c.any() else None,
+                 e2e_p99_s=pct(self.e2e_s, 99), makespan_s=span,
+                 throughput_tokens_per_s=out_tok / span if span > 0 else 0.0,
+                 throughput_requests_per_s=float(c.sum()) / span if span > 0 else 0.0,
+                 goodput_requests_per_s=self.goodput(**self.slo), slo=dict(self.slo),
+                 token_hit_rate=float(self.hit_tokens.sum() / inp) if inp else 0.0,
+                 mean_in_system=self.mean_in_system, steps=self.steps, preemptions=self.preemptions,
+                 gpu_seconds=span * len(self.busy_s) * self.config.gpus_per_replica,
+                 busy_gpu_seconds=float(self.busy_s.sum()) * self.config.gpus_per_replica,
+                 moved_bytes=dict(self.moved_bytes))
+        for i, t in enumerate(TIERS):
+            d[f"{t}_hit_blocks"] = int(self.hit_blocks[i])
+            d[f"{t}_hit_tokens"] = int(self.hit_tokens[i])
+            d[f"{t}_token_hit_rate"] = float(self.hit_tokens[i] / inp) if inp else 0.0
+        return d
+
+
+def _step_s(model, prefill, decode) -> float:
+    if isinstance(model, AffineStepModel):  # the totals are enough: skip building tuples twice
+        return model.totals_s(sum(n for n, _ in prefill), len(decode), sum(c for _, c in prefill) + sum(decode))
+    return float(model.step_s(prefill, decode))
+
+
+def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model: StepModel | None = None,
+                     slo: dict | None = None) -> ServeResult:
+    """Run `trace` through `config.replicas` replicas; `step_model` times each step (default AffineStepModel());
+    `slo` = dict(ttft_s=, tpot_s=) for goodput. Deterministic: no randomness beyond the trace's own."""
+    need_type("trace", trace, Trace, "a kvlab.sim.traces.Trace")
+    cfg = ServeConfig() if config is None else need_type("config", config, ServeConfig, "a ServeConfig")
+    model = AffineStepModel() if step_model is None else step_model
+    if not callable(getattr(model, "step_s", None)):
+        raise ParameterError(f"step_model must provide step_s(prefill, decode), got {type(model).__name__}")
+    slo = dict(slo or {})
+    for k in slo:
+        if k not in ("ttft_s", "tpot_s"):
+            raise ParameterError(f"slo takes ttft_s and tpot_s, got {k!r}")
+        need_number(f"slo {k}", slo[k], 0.0, lo_open=True)
+    N = len(trace)
+    a = _Arrays(trace, cfg.read_bytes_per_s)
+    caching = cfg.cache_blocks is not None and trace.has_prefixes
+    reps = [Replica(i, cfg.pool_tokens // cfg.page_tokens, cfg.page_tokens, cfg.max_num_batched_tokens,
+                    cfg.max_num_seqs, TierCache(cfg.cache_blocks, cfg.block_bytes, cfg.ttl_s) if caching else None, a)
+            for i in range(cfg.replicas)]
+    limit = min(cfg.max_model_len or cfg.pool_tokens, (cfg.pool_tokens // cfg.page_tokens) * cfg.page_tokens)
+    closed = cfg.closed_loop if cfg.closed_loop is not None else trace.session_ids is not None
+    if closed and trace.session_ids is None:
+        raise ParameterError(f"closed_loop needs a trace with session ids; {trace.name!r} has none")
+    nxt = np.full(N, -1, np.int64)  # closed loop: the session's next turn
+    gap = np.zeros(N)  # and the pause before it
+    ts = trace.timestamps.astype(float)
+    heap: list = []  # (time, kind, request or replica); kind 0 = step end, 1 = arrival
+    if closed:
+        sid = trace.session_ids
+        order = np.lexsort((np.arange(N), sid))
+        first = np.ones(N, bool)
+        same = sid[order[1:]] == sid[order[:-1]]
+        nxt[order[:-1][same]] = order[1:][same]
+        gap[order[:-1][same]] = ts[order[1:][same]] - ts[order[:-1][same]]
+        first[order[1:][same]] = False
+        for r in np.flatnonzero(first):
+            heap.append((ts[r], 1, int(r)))
+    else:
+        heap = [(ts[r], 1, r) for r in range(N)]
+    heapq.heapify(heap)
+    in_sys, area, last_t, t0, t_end = 0, 0.0, None, None, 0.0
+    counter = 0
+    steps = 0
+
+    def start(rep: Replica, now: float):
+        nonlocal steps
+        prefill, decode, load_s = rep.schedule(now)
+        if not rep.plan:
+            rep.busy_until = -1.0
+            return
+        dt = _step_s(model, prefill, decode) + load_s
+        rep.busy_until = now + dt
+        rep.busy_s += dt
+        rep.steps += 1
+        steps += 1
+        heapq.heappush(heap, (now + dt, 0, rep.index))
+
+    def leave(r: int, now: float):
+        nonlocal in_sys
+        in_sys -= 1
+        if nxt[r] >= 0:
+            heapq.heappush(heap, (now + gap[r], 1, int(nxt[r])))
+
+    while heap:
+        now, kind, x = heapq.heappop(heap)
+        if last_t is None:
+            last_t = t0 = now
+        area += in_sys * (now - last_t)
+        last_t = now
+        if kind == 1:
+            r = x
+            a.arrival[r] = now
+            in_sys += 1
+            if a.input[r] + a.output[r] > limit:
+                a.rejected[r] = True
+                leave(r, now)
+                continue
+            i = route(cfg.router, reps, a.blocks_of(r) if cfg.router == "prefix" else (), counter, cfg.overlap_weight)
+            counter += 1
+            a.replica[r] = i
+            rep = reps[i]
+            rep.waiting.append(r)
+            if rep.busy_until < 0:
+                start(rep, now)
+        else:
+            rep = reps[x]
+            for r in rep.finish_step(now):
+                t_end = max(t_end, now)
+                leave(r, now)
+            start(rep, now)
+    fin, first, started = np.array(a.finished), np.array(a.first_token), np.array(a.started)
+    outn, inp = np.array(a.output, np.int64), np.array(a.input, np.int64)
+    ok = ~a.rejected & np.isfinite(fin)
+    queue = np.where(ok, started - a.arrival, np.nan)
+    ttft = np.where(ok, first - a.arrival, np.nan)
+    e2e = np.where(ok, fin - a.arrival, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(ok & (outn > 1), (fin - first) / (outn - 1), np.nan)
+    hit_blocks = a.hit_blocks.sum(0)
+    hit_tokens = a.hit_tier_tok.sum(0)
+    moved: dict = {}
+    for rep in reps:
+        if rep.cache is not None:
+            for k, v in rep.cache.moved.items():
+                moved[k] = moved.get(k, 0) + v
+    span = float(t_end - t0) if t0 is not None else 0.0
+    return ServeResult(cfg, a.arrival, queue, ttft, tpot, e2e, a.rejected.copy(),
+                       np.where(ok, outn, 0), inp, hit_blocks, hit_tokens, moved, span,
+                       np.array([r.busy_s for r in reps]), steps, int(sum(r.preemptions for r in reps)),
+                       float(area / span) if span > 0 else 0.0, slo)
+
+
+def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", tp: int = 1, pp: int = 1,
+                      replicas: int = 1, kv_format=None, hbm_gb: float | None = None, dram_gb: float = 0.0,
+                      ssd_gb: float = 0.0, ttl_s: float = math.inf, utilization: float = 0.9,
+                      activation_gb: float = 4.0, **scheduler) -> ServeConfig:
+    """A ServeConfig for `replicas` copies of `model` on `gpu` under TP x PP: the KV pool of one replica is
+    kvlab.serving.capacity.plan's usable KV bytes over its per-GPU bytes per token (the engine's paging and memory
+    rule); the prefix cache holds `hbm_gb` (default: the pool's bytes over the replica's GPUs) plus the DRAM / SSD budgets, in trace
+    blocks, with the GPU's bandwidths (kvlab.sim.tiering.make_tiers). `scheduler`: other ServeConfig fields."""
+    from .capacity import plan
+    from .hardware import get_gpu
+    from .parallel import Parallelism
+    from ..sim.tiering import make_tiers
+    par = Parallelism(tp=need_int("tp", tp, 1), pp=need_int("pp", pp, 1))
+    cap = plan(model, gpu, 1, parallel=par, engine=engine, kv_format=kv_format, utilization=utilization,
+               activation_gb=activation_gb)
+    per_token = float(cap.session.bytes_per_token)
+    pool = int(cap.usable_kv_bytes // per_token) if per_token > 0 else 1
+    if pool < 1:
+        raise ParameterError(f"{cap.model} on {cap.gpu.name}: the KV pool holds no token")
+    from ..engines import allocate
+    page = allocate(model, kv_format=kv_format, engine=engine).engine.block_tokens or 16  # exact storage: vLLM's 16
+    g = get_gpu(gpu)
+    bt = trace.block_tokens
+    hbm = cap.usable_kv_bytes * par.gpus / 1e9 if hbm_gb is None else hbm_gb  # the replica's GPUs hold the pool
+    tiers = make_tiers(model, hbm, dram_gb, ssd_gb, gpu=g, block_tokens=bt, ttl_s=ttl_s, kv_format=kv_format)
+    return ServeConfig(replicas=need_int("replicas", replicas, 1), pool_tokens=pool, page_tokens=page,
+                       cache_blocks=tiers.capacity_blocks if trace.has_prefixes else None,
+                       block_bytes=tiers.block_bytes, read_bytes_per_s=tiers.read_bytes_per_s, ttl_s=ttl_s,
+                       gpus_per_replica=par.gpus, **scheduler)

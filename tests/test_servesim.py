@@ -1,0 +1,224 @@
+"""The discrete-event serving simulator (kvlab.serving.simulator) and `kvlab serve-sim`."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from kvlab.cli import main
+from kvlab.errors import ParameterError
+from kvlab.serving.router import ROUTERS
+from kvlab.serving.simulator import ServeConfig, deployment_config, simulate_serving
+from kvlab.serving.stepmodel import AffineStepModel, StepModel
+from kvlab.sim.tiering import make_tiers, simulate
+from kvlab.sim.traces import Trace, have_trace, load_trace
+
+MODEL = "llama-3.1-8b"
+
+
+def plain(ts, inp, out):
+    """A trace without prefix information (Azure's shape)."""
+    n = len(ts)
+    return Trace("plain", np.asarray(ts, float), np.broadcast_to(np.asarray(inp, np.int64), n).copy(),
+                 np.broadcast_to(np.asarray(out, np.int64), n).copy(), None, None)
+
+
+def poisson(n, rate, seed=0):
+    return np.cumsum(np.random.default_rng(seed).exponential(1 / rate, n))
+
+
+def test_affine_is_a_step_model():
+    m = AffineStepModel(1e-3, 2e-6, 3e-5, 4e-9)
+    assert isinstance(m, StepModel)
+    assert m.step_s([(100, 50)], [1000, 2000]) == pytest.approx(1e-3 + 2e-6 * 100 + 3e-5 * 2 + 4e-9 * 3050)
+    with pytest.raises(ParameterError):
+        AffineStepModel(-1.0)
+
+
+def test_idle_replica_ttft_is_the_prefill_step():
+    m = AffineStepModel()
+    r = simulate_serving(plain([5.0], 3000, 10), ServeConfig(), m)
+    assert r.ttft_s[0] == pytest.approx(m.step_s([(3000, 0)], []), rel=1e-12)
+    assert r.queue_s[0] == 0.0
+    # nine decode steps after the first token, each at its context
+    assert r.tpot_s[0] == pytest.approx(np.mean([m.step_s([], [3000 + k]) for k in range(9)]), rel=1e-12)
+    # a long prompt is chunked under max_num_batched_tokens: TTFT is the sum of its chunk steps
+    r = simulate_serving(plain([0.0], 5000, 1), ServeConfig(max_num_batched_tokens=2048), m)
+    want = sum(m.step_s([(n, c)], []) for n, c in ((2048, 0), (2048, 2048), (904, 4096)))
+    assert r.ttft_s[0] == pytest.approx(want, rel=1e-12)
+
+
+def test_littles_law():
+    tr = load_trace("synthetic", limit=1500, seed=3)
+    r = simulate_serving(tr, deployment_config(MODEL, "H100", tr, replicas=2, router="least_loaded"))
+    s = r.summary()
+    lam = s["completed"] / s["makespan_s"]
+    assert s["mean_in_system"] == pytest.approx(lam * s["e2e_mean_s"], rel=1e-9)
+
+
+def test_md1_pollaczek_khinchine():
+    m = AffineStepModel(2e-3, 10e-6, 0.0, 0.0)
+    D = m.step_s([(800, 0)], [])  # 10 ms
+    rho = 0.7
+    r = simulate_serving(plain(poisson(60_000, rho / D, seed=1), 800, 1), ServeConfig(max_num_seqs=1), m)
+    pk = rho * D / (2 * (1 - rho))  # M/D/1 mean wait, Pollaczek-Khinchine
+    assert r.summary()["completed"] == 60_000
+    assert np.nanmean(r.queue_s) == pytest.approx(pk, rel=0.05)
+    assert np.allclose(r.ttft_s - r.queue_s, D)
+
+
+def test_saturation_matches_batch_throughput():
+    m = AffineStepModel(3e-3, 20e-6, 0.1e-3, 0.0)
+    B = 64
+    r = simulate_serving(plain(np.zeros(8 * B), 16, 2000), ServeConfig(max_num_seqs=B), m)
+    assert r.summary()["throughput_tokens_per_s"] == pytest.approx(m.decode_throughput(B), rel=0.01)
+
+
+@pytest.mark.parametrize("name", ["synthetic", "mooncake-conversation"])
+def test_unbounded_hits_equal_kvlab_simulate(name):
+    if name != "synthetic" and not have_trace(name):
+        pytest.skip(f"{name} is not on this machine")
+    tr = load_trace(name, limit=3000)
+    r = simulate_serving(tr, deployment_config(MODEL, "H100", tr, hbm_gb=1e6, closed_loop=False))
+    s = simulate(tr, make_tiers(MODEL, 1e6, gpu="H100", block_tokens=tr.block_tokens))
+    assert r.hit_blocks.tolist() == s.hit_blocks.tolist()
+    assert r.hit_tokens.tolist() == s.hit_tokens.tolist()
+    assert r.summary()["token_hit_rate"] == pytest.approx(s.token_hit_rate)
+
+
+def test_tiers_move_bytes_and_hit_below_hbm():
+    tr = load_trace("synthetic", limit=2000)
+    cfg = deployment_config(MODEL, "H100", tr, hbm_gb=2.0, dram_gb=200.0, closed_loop=False)
+    s = simulate_serving(tr, cfg).summary()
+    assert s["dram_hit_blocks"] > 0 and s["moved_bytes"]["hbm->dram"] > 0 and s["moved_bytes"]["dram->hbm"] > 0
+    small = simulate_serving(tr, deployment_config(MODEL, "H100", tr, hbm_gb=2.0, closed_loop=False)).summary()
+    assert small["token_hit_rate"] < s["token_hit_rate"]
+
+
+def test_same_seed_same_run():
+    runs = []
+    for _ in range(2):
+        tr = load_trace("synthetic", limit=800, seed=7)
+        runs.append(simulate_serving(tr, deployment_config(MODEL, "H100", tr, replicas=3, router="prefix")))
+    a, b = runs
+    for k in ("ttft_s", "tpot_s", "e2e_s", "queue_s"):
+        assert np.array_equal(getattr(a, k), getattr(b, k), equal_nan=True)
+    assert a.summary() == b.summary()
+
+
+def test_preemption_by_recompute_and_rejection():
+    m = AffineStepModel()
+    # 4 requests of 1,000 + 500 tokens in a 3,200-token pool: they cannot all grow, some get preempted
+    r = simulate_serving(plain(np.zeros(4), 1000, 500), ServeConfig(pool_tokens=3200), m)
+    s = r.summary()
+    assert s["completed"] == 4 and s["preemptions"] > 0
+    # one request that can never fit the pool is rejected, the others served
+    r = simulate_serving(plain([0.0, 0.1, 0.2], [100, 5000, 100], 10), ServeConfig(pool_tokens=4096), m)
+    assert r.rejected.tolist() == [False, True, False] and r.summary()["completed"] == 2
+
+
+def test_azure_trace_and_empty_prompt():
+    if have_trace("azure-code-2023"):
+        tr = load_trace("azure-code-2023", limit=500)
+        s = simulate_serving(tr, deployment_config(MODEL, "H100", tr, replicas=2, router="least_loaded")).summary()
+        assert s["completed"] + s["rejected"] == 500 and s["token_hit_rate"] == 0.0
+    cfg = ServeConfig(cache_blocks=(100, 0, 0))
+    tr = Trace("e", np.zeros(2), np.array([0, 0]), np.array([3, 3]), np.array([0, 0, 0]), np.zeros(0, np.int64), 512)
+    assert simulate_serving(tr, cfg).summary()["completed"] == 2
+
+
+def test_closed_loop_sessions_wait_for_their_turn():
+    tr = load_trace("synthetic", limit=600)
+    cfg = deployment_config(MODEL, "H100", tr)
+    assert cfg.closed_loop is None
+    r = simulate_serving(tr, cfg)
+    sid = tr.session_ids
+    for s in np.unique(sid)[:20]:
+        idx = np.flatnonzero(sid == s)
+        ends = r.arrival_s[idx] + r.e2e_s[idx]
+        assert np.all(r.arrival_s[idx[1:]] >= ends[:-1] - 1e-9)  # next turn after the previous finished
+
+
+@pytest.mark.parametrize("router", ROUTERS)
+def test_routers_spread_and_prefix_router_keeps_hits(router):
+    tr = load_trace("synthetic", limit=1500)
+    r = simulate_serving(tr, deployment_config(MODEL, "H100", tr, replicas=4, router=router, closed_loop=False))
+    s = r.summary()
+    assert s["completed"] == len(tr)
+    assert s["token_hit_rate"] > 0
+
+
+def test_prefix_router_beats_round_robin_on_hits():
+    tr = load_trace("synthetic", limit=1500)
+    hit = {k: simulate_serving(tr, deployment_config(MODEL, "H100", tr, replicas=4, router=k, closed_loop=False))
+           .summary()["token_hit_rate"] for k in ("round_robin", "prefix")}
+    assert hit["prefix"] > hit["round_robin"]
+
+
+def test_goodput_under_slo():
+    tr = load_trace("synthetic", limit=500)
+    cfg = deployment_config(MODEL, "H100", tr)
+    loose = simulate_serving(tr, cfg, slo=dict(ttft_s=1e6, tpot_s=1e6)).summary()
+    tight = simulate_serving(tr, cfg, slo=dict(ttft_s=1e-6)).summary()
+    assert loose["goodput_requests_per_s"] == pytest.approx(loose["throughput_requests_per_s"])
+    assert tight["goodput_requests_per_s"] == 0.0
+
+
+def test_bad_inputs():
+    tr = plain([0.0], 10, 1)
+    with pytest.raises(ParameterError):
+        ServeConfig(replicas=0)
+    with pytest.raises(ParameterError):
+        ServeConfig(router="random")
+    with pytest.raises(ParameterError):
+        simulate_serving("trace")
+    with pytest.raises(ParameterError):
+        simulate_serving(tr, step_model=object())
+    with pytest.raises(ParameterError):
+        simulate_serving(tr, ServeConfig(closed_loop=True))
+    with pytest.raises(ParameterError):
+        simulate_serving(tr, slo=dict(latency=1.0))
+
+
+def run_cli(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_cli_json(capsys):
+    rc, out, err = run_cli(capsys, "serve-sim", "synthetic", "--model", MODEL, "--gpu", "H100", "--replicas", "2",
+                           "--router", "prefix", "--dram-gb", "50", "--limit", "400", "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    for k in ("requests", "completed", "rejected", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
+              "throughput_tokens_per_s", "token_hit_rate"):
+        assert k in d
+    assert d["requests"] == 400 and d["completed"] + d["rejected"] == 400
+
+
+def test_cli_text(capsys):
+    rc, out, _ = run_cli(capsys, "serve-sim", "synthetic", "--model", MODEL, "--gpu", "H100", "--tp", "2",
+                         "--limit", "100")
+    assert rc == 0 and "TTFT p50" in out
+
+
+@pytest.mark.parametrize("argv", [
+    ["--replicas", "0"], ["--gpu", "NOPE"], ["--model", "no-such-model"], ["--router", "random"],
+    ["--limit", "0"], ["--ttl-s", "0"], ["--policy", "arc"], ["--tp", "x"],
+])
+def test_cli_bad_input_one_line_exit_2(capsys, argv):
+    base = {"--model": MODEL, "--gpu": "H100"}
+    args = ["serve-sim", "synthetic"]
+    over = dict(zip(argv[::2], argv[1::2]))
+    for k, v in {**base, **over}.items():
+        args += [k, v]
+    args += ["--limit", "50"] if "--limit" not in over else []
+    rc, out, err = run_cli(capsys, *args)
+    assert rc == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith("kvlab: error:")
+
+
+def test_cli_missing_trace(capsys):
+    rc, _, err = run_cli(capsys, "serve-sim", "/nonexistent/trace.jsonl", "--model", MODEL, "--gpu", "H100")
+    assert rc == 2 and len(err.strip().splitlines()) == 1
