@@ -77,7 +77,7 @@ notebooks: setup
 	  $(BIN)/python -m kvlab.nb.nbclean "$$nb"; done
 
 # Retrain the small committed checkpoints (data/checkpoints/<name>/) from scratch, one thread each (the reference
-# run is bit-reproducible on one machine): about 40 min dense, 50 min MLA; the V4.1-like stack, 10-35 s a step,
+# run is bit-reproducible on one machine): about 40 min dense, 70 min MLA; the V4.1-like stack, 10-35 s a step,
 # some 15 h (measured in docs/training-notes.md).
 train: setup
 	$(BIN)/kvlab train all --threads 1 --quiet

@@ -54,7 +54,7 @@ LEGACY = {"stages": (), "copy_fraction": 0.0, "task_dense": 0.0, "beta2": 0.95, 
 @dataclass(frozen=True)
 class TrainConfig:
     """One training run. Defaults: the recipe of the committed checkpoints (issue 20: models that retrieve; measured
-    in docs/training-notes.md): at 1 CPU thread about 40 min dense, 50 min MLA, some 15 h V4.1-like."""
+    in docs/training-notes.md): at 1 CPU thread about 40 min dense, 70 min MLA, some 15 h V4.1-like."""
 
     arch: str = "dense"  # one of models.ARCHS
     size: str = "tiny"  # one of sizes.SIZES
