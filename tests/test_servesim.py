@@ -222,3 +222,18 @@ def test_cli_bad_input_one_line_exit_2(capsys, argv):
 def test_cli_missing_trace(capsys):
     rc, _, err = run_cli(capsys, "serve-sim", "/nonexistent/trace.jsonl", "--model", MODEL, "--gpu", "H100")
     assert rc == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_step_time_sources_drive_the_simulator():
+    """Every kvlab.serving.steptime source is a StepModel: the roofline prices the simulator's steps, and one
+    request on an idle replica gets its prefill step's time as TTFT."""
+    from kvlab.serving.steptime import step_time
+    from kvlab.serving.steptime.base import Chunk, Step
+    src = step_time("qwen3-8b", "h200", "vllm", source="roofline")
+    assert isinstance(src, StepModel)
+    assert src.step_s([(512, 256)], [1000, 0]) == pytest.approx(
+        src.step_ms(Step((Chunk(512, 256),), (1000, 1))) / 1e3, rel=1e-12)
+    r = simulate_serving(plain([1.0], 1500, 4), ServeConfig(), src)
+    assert r.ttft_s[0] == pytest.approx(src.step_s([(1500, 0)], []), rel=1e-12)
+    busy = simulate_serving(plain(poisson(40, 5.0), 800, 16), ServeConfig(), src)
+    assert busy.summary()["completed"] == 40

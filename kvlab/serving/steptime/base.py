@@ -92,6 +92,11 @@ class StepTimeSource:
     def step_ms(self, step: Step) -> float:
         return self.time(step).ms
 
+    def step_s(self, prefill, decode) -> float:
+        """kvlab.serving.stepmodel's StepModel protocol, so the serving simulator can run on any source: prefill
+        (new_tokens, cached) pairs and decode contexts -> seconds (a decode at context 0 counts as context 1)."""
+        return self.step_ms(Step(tuple(Chunk(n, c) for n, c in prefill), tuple(max(1, c) for c in decode))) / 1e3
+
 
 # --- CLI / string forms --------------------------------------------------------------------------------------------
 _PREFILL = re.compile(r"^(\d+)(?:x(\d+))?(?:@(\d+))?$")
