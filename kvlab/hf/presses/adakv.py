@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .base import Press, PressInput
+from .base import Press, PressInput, ScoredByInner
 from .snapkv import SnapKV
 
 
 @dataclass
-class AdaKV(Press):
+class AdaKV(ScoredByInner, Press):
     """Each head first keeps its `alpha_safeguard` share of n best; the rest of the layer's H x n slots go to
     the best remaining scores of any head."""
 
@@ -23,16 +23,6 @@ class AdaKV(Press):
     alpha_safeguard: float = 0.20  # share of each head's budget it keeps whatever the other heads score
     name = "adakv"
     variable = True
-
-    @property
-    def needs(self):
-        return self.inner.needs
-
-    def check(self, t: int) -> None:
-        self.inner.check(t)
-
-    def score(self, x: PressInput) -> torch.Tensor:
-        return self.inner.score(x)
 
     def select(self, x: PressInput, scores: torch.Tensor, n: int):
         b, h, t = scores.shape

@@ -214,3 +214,17 @@ class PressPlan:
 
     def label(self) -> str:
         return f"{self.press.label()} keep {self.budget.label()}" + (" (decode)" if self.mode == "decode" else "")
+
+
+class ScoredByInner:
+    """A press that scores with another (its `inner` field) and only selects differently (AdaKV, ChunkKV)."""
+
+    @property
+    def needs(self):
+        return self.inner.needs
+
+    def check(self, t: int) -> None:
+        self.inner.check(t)
+
+    def score(self, x: PressInput) -> torch.Tensor:
+        return self.inner.score(x)

@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .base import Press, PressInput
+from .base import Press, PressInput, ScoredByInner
 from .snapkv import SnapKV
 
 
 @dataclass
-class ChunkKV(Press):
+class ChunkKV(ScoredByInner, Press):
     """Chunks of `chunk_length` tokens (a shorter last one) scored by the inner press's scores summed over
     KV heads and averaged over the chunk; the best max(1, int(chunks x keep)) chunks are kept, the same for
     every head. The kept count is whole chunks (the last may be short), so the layer reports it."""
@@ -20,16 +20,6 @@ class ChunkKV(Press):
     chunk_length: int = 20  # tokens per chunk
     name = "chunkkv"
     variable = True
-
-    @property
-    def needs(self):
-        return self.inner.needs
-
-    def check(self, t: int) -> None:
-        self.inner.check(t)
-
-    def score(self, x: PressInput) -> torch.Tensor:
-        return self.inner.score(x)
 
     def select(self, x: PressInput, scores: torch.Tensor, n: int):
         b, h, t = scores.shape
