@@ -13,13 +13,16 @@ PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4
                        "AAAABJRU5ErkJggg==")  # a 1 x 1 PNG
 
 
-def _executed(path, marker, png=PNG):
+def _executed(path, markers, png=PNG):
+    """An executed notebook with one plotting cell per marker (a notebook may draw several README figures)."""
     nb = nbformat.v4.new_notebook()
-    plot = nbformat.v4.new_code_cell(f"# {marker}\nplt.show()")
-    plot.outputs = [nbformat.v4.new_output("display_data", data={"image/png": base64.b64encode(png).decode()})]
     other = nbformat.v4.new_code_cell("# another figure")
     other.outputs = [nbformat.v4.new_output("display_data", data={"image/png": base64.b64encode(b"x").decode()})]
-    nb.cells = [other, plot]
+    nb.cells = [other]
+    for marker in markers:
+        plot = nbformat.v4.new_code_cell(f"# {marker}\nplt.show()")
+        plot.outputs = [nbformat.v4.new_output("display_data", data={"image/png": base64.b64encode(png).decode()})]
+        nb.cells.append(plot)
     nbformat.write(nb, str(path))
 
 
@@ -31,10 +34,13 @@ def run(tmp_path):
     d.mkdir(parents=True)
     results = {"01": {"bytes_per_token": 147456, "catalog_bytes_per_token": {"deepseek-v4.1-flash": 890}}}
     summary = {"notebooks": {}}
+    markers = {}
     for f in figures.FIGURES:
-        if f.notebook in stems:
-            _executed(d / f"{stems[f.notebook]}.ipynb", f.marker)
-            summary["notebooks"][stems[f.notebook]] = {"status": "ok", "results": results.get(f.notebook, {})}
+        markers.setdefault(f.notebook, []).append(f.marker)
+    for nb, ms in markers.items():
+        if nb in stems:
+            _executed(d / f"{stems[nb]}.ipynb", ms)
+            summary["notebooks"][stems[nb]] = {"status": "ok", "results": results.get(nb, {})}
     (d / "results.json").write_text(json.dumps(summary))
     return d
 
@@ -45,12 +51,12 @@ def test_figures_and_readme_block(run, tmp_path):
     written = figures.write(run, tmp_path / "docs" / "figures", readme, run.parent, log=lambda m: None)
     assert written and all(p.read_bytes() == PNG for p in written)  # the marked cell's figure, byte for byte
     text = readme.read_text()
-    assert text.startswith("# top\n") and text.endswith(f"{figures.FIGURES_END}\nrest\n") and "old" not in text
+    assert text.startswith("# top\n") and text.endswith(f"{figures.FIGURES_END}\nrest\n") and "\nold\n" not in text
     assert "![catalog](docs/figures/catalog.png)" in text
     assert "Qwen3-8B stores 147,456 B per token, DeepSeek V4.1-Flash 890 (notebook 01)." in text
     assert "(notebook 02)." in text  # no recorded numbers: the line alone
     have_08 = any(p.stem.startswith("08") for p in list_notebooks())
-    assert ("frontier.png" in text) == have_08
+    assert ("frontier.png" in text) == have_08 and ("needle-heatmap.png" in text) == have_08
 
 
 def test_sweep_table(tmp_path):

@@ -3,8 +3,10 @@ import pytest
 
 from nbutil import run_notebook
 
-SMALL = dict(formats=["bf16", "nvfp4", "int4"], residual=32, mechanisms=["window=32", "hca=8,window=32"],
-             peers=["quanto4"], contexts=[128], samples=1, windows=1, chunk=64, decode_steps=4, decode_rounds=1)
+SMALL = dict(formats=["bf16", "nvfp4", "int4"], residual=32, mechanisms=["window:1/4", "hca:8,window:32"],
+             presses=["snapkv keep 1/4", "streaming_llm keep 64"], others=["bf16", "nvfp4"], peers=["quanto4"],
+             contexts=[128, 256], samples=8, windows=4, heatmap=["bf16", "window:1/4"], heatmap_contexts=[128, 256],
+             depth_samples=2, chunk=64, batch=8, decode_steps=4, decode_rounds=1)
 
 
 @pytest.mark.slow
@@ -18,20 +20,35 @@ def test_nb_08_small(tmp_path):
     # DeepSeek-V3 tiny: 4 layers x one 48 + 16 latent entry
     assert b["deepseek-v3-tiny|bf16"] == 4 * 64 * 2 == 512
     assert b["deepseek-v3-tiny|nvfp4"] == 4 * (32 + 4) == 144
-    assert b["qwen3-tiny|window=32"] < b["qwen3-tiny|bf16"] and b["qwen3-tiny|hca=8,window=32"] < 1024
+    assert b["qwen3-tiny|window=1/4"] == 0 and b["qwen3-tiny|hca=8,window=32"] < 1024
     assert 0 < b["kvlab-v41-tiny|bf16"] < b["deepseek-v3-tiny|bf16"]
-    ppl = r["perplexity"]
-    for m in ("qwen3-tiny", "deepseek-v3-tiny", "kvlab-v41-tiny"):
-        ref = ppl[f"{m}|bf16|128"]
-        assert 1 < ref < 256  # bytes: better than uniform
-        assert abs(ppl[f"{m}|nvfp4|128"] / ref - 1) < 0.1  # 4-bit floats cost little on these models
+    held = r["held_bytes"]
+    # window=1/4 at 256 tokens: W = 64, so 63 tokens held per layer; the press keeps its budget of the context
+    assert held["qwen3-tiny|window=1/4|256"] == 63 * 1024
+    assert held["qwen3-tiny|streaming_llm keep 64|256"] < held["qwen3-tiny|bf16|256"] == 256 * 1024
+    # the other models take the `others` at the first context; presses do not apply to the MLA latent
+    assert "deepseek-v3-tiny|nvfp4|128" in held and "deepseek-v3-tiny|nvfp4|256" not in held
+    assert not any(k.startswith("deepseek-v3-tiny|snapkv") for k in held)
+    assert set(r["samples"].values()) == {8}  # niah: one answer per sample
+    for k, (lo, hi) in r["accuracy_ci"].items():
+        assert 0 <= lo <= r["accuracy"][k] <= hi <= 1
+    for k, (lo, hi) in r["ppl_change_ci"].items():
+        assert lo <= hi
+        if k.split("|")[1] == "bf16":
+            assert lo == hi == 0
+    assert r["heatmap_samples_per_cell"] == 2
+    assert set(r["heatmap_mean_accuracy"]) == {f"qwen3-tiny|{s}|{t}" for s in ("bf16", "window=1/4") for t in (128, 256)}
     peers = r["peer_held_bytes"]
     assert peers["kvlab bf16"] == peers["DynamicCache"] == 128 * 1024
     assert peers["kvlab int4_g64"] <= peers["QuantizedCache quanto4"]
 
 
 @pytest.mark.slow
-def test_nb_08_bad_parameter(tmp_path):
+@pytest.mark.parametrize("bad, match", [
+    (dict(mechanisms=["windw:4"]), "parameter mechanisms"),
+    (dict(presses=["snapk keep 1/4"]), "unknown press"),
+])
+def test_nb_08_bad_parameter(tmp_path, bad, match):
     import papermill as pm
-    with pytest.raises(pm.PapermillExecutionError, match="parameter mechanisms"):
-        run_notebook("08", tmp_path, **dict(SMALL, mechanisms=["windw=4"]))
+    with pytest.raises(pm.PapermillExecutionError, match=match):
+        run_notebook("08", tmp_path, **dict(SMALL, **bad))

@@ -119,6 +119,20 @@ def test_notebook_08_parameters():
                        (dict(contexts=[8]), "parameter contexts must be an integer >= 16"),
                        (dict(models="qwen3-tiny"), "parameter models must be a list"),
                        (dict(task="copy"), "parameter task must be one of"),
-                       (dict(compute_dtype="float16"), "parameter compute_dtype must be one of")):
+                       (dict(compute_dtype="float16"), "parameter compute_dtype must be one of"),
+                       (dict(mechanisms=["window:3/2"]), "not a fraction of the context"),
+                       (dict(presses=["snapkv keep lots"]), "not a number or fraction"),
+                       (dict(presses=["snapkv"]), "write it as 'name keep budget'"),
+                       (dict(presses=["snapk keep 1/4"]), "unknown press"),
+                       (dict(others=["nvfp9"]), "parameter others: 'nvfp9' is not one of this run's settings"),
+                       (dict(heatmap=["window:1/8"]), "parameter heatmap: 'window:1/8'"),
+                       (dict(depth_samples=-1), "parameter depth_samples"),
+                       (dict(batch=0), "parameter batch"),
+                       (dict(full="yes"), "parameter full must be True or False")):
         with pytest.raises(ParameterError, match=match):
             QualityParams.of({**p, **bad})
+    # full=True: the complete grid, every press at three budgets, 385 samples a cell
+    f = QualityParams.of({**p, "full": True})
+    assert f.samples == 385 and f.others == ["*"] and len(f.presses) == 36
+    assert {s.label for s in f.pick(["*"])} == {s.label for s in f.settings()}
+    assert [s.label for s in q.pick(["window:1/4"])] == ["window=1/4"]  # notebooks write ':', labels '='

@@ -94,3 +94,23 @@ def test_quality_rows_carry_their_intervals():
     assert ch["m", "bf16", 64].change.pair() == [0.0, 0.0]
     c = ch["m", "int2", 64]
     assert c.change.value == pytest.approx(math.expm1(0.1), rel=1e-9) and not c.within_noise
+
+
+def test_paired_accuracy_change_by_hand():
+    """Paired over the same samples: the point is the difference of the accuracies; identical answers give
+    [0, 0]; a setting right wherever the reference is, and more, never reads as a loss."""
+    from kvlab.stats import paired_accuracy_change
+    c = paired_accuracy_change([1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 1])
+    assert c.value == -0.25 and c.low <= -0.25 <= c.high <= 0.0 and c.n == 4
+    same = paired_accuracy_change([1, 0, 1], [1, 0, 1], [1, 1, 1])
+    assert same.pair() == [0.0, 0.0] and same.covers_zero
+    up = paired_accuracy_change([0] * 20 + [1] * 20, [1] * 40, [1] * 40, seed=3)
+    assert up.value == 0.5 and up.low > 0  # 20 of 40 gained, none lost: not within noise
+    # several answers a sample (MQAR): the change is over answers, samples resampled whole
+    m = paired_accuracy_change([2, 4], [1, 4], [4, 4])
+    assert m.value == -1 / 8
+    assert paired_accuracy_change([1, 0], [1, 0], [1, 1], seed=5) == paired_accuracy_change([1, 0], [1, 0], [1, 1],
+                                                                                          seed=5)
+    for bad in (([1], [1, 0], [1, 1]), ([2], [1], [1]), ([1], [1], [0]), ([], [], [])):
+        with pytest.raises(KvlabError):
+            paired_accuracy_change(*bad)

@@ -49,7 +49,9 @@ def test_checkpoint_loads_with_from_pretrained(name):
 
 def test_same_budget_for_every_model():
     recipes = [load_record(checkpoint_dir(n))[0] for n in CHECKPOINTS]
-    budgets = {json.dumps({k: v for k, v in c.to_dict().items() if k != "arch"}, sort_keys=True) for c in recipes}
+    # the architecture and the evaluation schedule (what is recorded, not what is trained) may differ
+    budgets = {json.dumps({k: v for k, v in c.to_dict().items() if k not in ("arch", "eval_every")}, sort_keys=True)
+               for c in recipes}
     assert len(budgets) == 1
 
 

@@ -21,6 +21,9 @@ def register(sub) -> None:
                    help="optimizer steps (default: the recipe's, kvlab.train.TrainConfig.steps)")
     p.add_argument("--batch-tokens", type=count("--batch-tokens"), default=None,
                    help="tokens per step (default: the recipe's, TrainConfig.batch_tokens)")
+    p.add_argument("--eval-every", type=count("--eval-every"), default=None,
+                   help="steps between evaluations (default: the recipe's, TrainConfig.eval_every; only what is "
+                        "recorded changes, not the training)")
     p.add_argument("--seed", type=count("--seed"), default=0)
     p.add_argument("--device", default="cpu", help="torch device, e.g. cuda")
     p.add_argument("--threads", type=count("--threads"), default=None,
@@ -43,8 +46,8 @@ def cmd_train(args) -> int:
     archs = list(ARCHS) if args.arch in (["all"], []) else args.arch
     for a in archs:
         need_choice("arch", a, ARCHS)
-    if args.steps == 0 or args.batch_tokens == 0 or args.threads == 0:
-        raise ParameterError("--steps, --batch-tokens and --threads must be at least 1")
+    if 0 in (args.steps, args.batch_tokens, args.threads, args.eval_every):
+        raise ParameterError("--steps, --batch-tokens, --threads and --eval-every must be at least 1")
     if args.device != "cpu":
         try:
             torch.empty(0, device=args.device)
@@ -52,7 +55,8 @@ def cmd_train(args) -> int:
             raise ParameterError(f"--device {args.device} is not usable here: {str(e).splitlines()[0]}") from None
     if args.threads:
         torch.set_num_threads(args.threads)
-    over = {k: v for k, v in (("steps", args.steps), ("batch_tokens", args.batch_tokens)) if v is not None}
+    over = {k: v for k, v in (("steps", args.steps), ("batch_tokens", args.batch_tokens),
+                              ("eval_every", args.eval_every)) if v is not None}
     rows = []
     for a in archs:
         cfg = replace(TrainConfig(arch=a, size=args.size, seed=args.seed, device=args.device), **over)

@@ -158,6 +158,7 @@ class Pass:
     predictions: torch.Tensor  # [B, T] greedy next-token predictions
     held_bytes: int  # bytes the cache holds at the end
     predicted_bytes: int | None  # kvlab's prediction (kvlab caches only)
+    row_nll: list = field(default_factory=list)  # nll of each row of the batch (nats; they sum to nll)
 
 
 def run_pass(model, ids: torch.Tensor, cache, chunk: int, prefill: int | None = None) -> Pass:
@@ -166,19 +167,20 @@ def run_pass(model, ids: torch.Tensor, cache, chunk: int, prefill: int | None = 
     need_int("chunk", chunk, 1)
     ids = ids.to(model.device)
     t = ids.shape[1]
-    nll, preds = 0.0, []
+    rows, preds = torch.zeros(ids.shape[0], dtype=torch.float64), []
     starts = ([0] + list(range(prefill, t, chunk))) if prefill else list(range(0, t, chunk))
     with torch.no_grad(), math_attention_if_forced():
         for a, b in zip(starts, starts[1:] + [t]):
             logits = model(ids[:, a:b], cache=cache, use_cache=True).logits.float()  # [B, c, V]
             preds.append(logits.argmax(-1))
-            target = ids[:, a + 1:b + 1]
+            target = ids[:, a + 1:b + 1]  # [B, n]
             n = target.shape[1]
             if n:
-                nll += float(torch.nn.functional.cross_entropy(logits[:, :n].reshape(-1, logits.shape[-1]),
-                                                               target.reshape(-1), reduction="sum"))
+                tok = torch.nn.functional.cross_entropy(logits[:, :n].transpose(1, 2), target, reduction="none")
+                rows += tok.sum(1).double().cpu()  # [B]
     pred = cache.predicted_bytes() if hasattr(cache, "predicted_bytes") else None
-    return Pass(nll, ids.shape[0] * (t - 1), torch.cat(preds, dim=1).cpu(), held_bytes(cache), pred)
+    return Pass(float(rows.sum()), ids.shape[0] * (t - 1), torch.cat(preds, dim=1).cpu(), held_bytes(cache), pred,
+                rows.tolist())
 
 
 def perplexity(p: Pass) -> float:
@@ -309,7 +311,7 @@ def stack_pass(model, ids: torch.Tensor, formats: dict, chunk: int, stack=None) 
                 nll += float(torch.nn.functional.cross_entropy(logits[0, :n], target[0], reduction="sum"))
     one = set(formats.values())
     pred = stack_layout(model, one.pop()).session(ids.shape[1]).total if len(one) == 1 else None
-    return Pass(nll, ids.shape[1] - 1, torch.cat(preds, 1), stack.cache_bytes()["total"], pred)
+    return Pass(nll, ids.shape[1] - 1, torch.cat(preds, 1), stack.cache_bytes()["total"], pred, [nll])
 
 
 def heldout_ids(encode, tokens: int) -> tuple[torch.Tensor, str]:

@@ -10,6 +10,7 @@ no other beats on both bytes and perplexity.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -45,25 +46,34 @@ class QualityParams(NotebookParams):
     v41_model: str  # the V4.1-like checkpoint ("" leaves it out)
     formats: list  # kvlab formats (integer ones KIVI-style)
     residual: int  # recent tokens the integer formats keep unquantized
-    mechanisms: list  # kvlab.hf.mechanisms strings
+    mechanisms: list  # kvlab.hf.mechanisms strings; budgets as fractions of the context ('window=1/4')
+    presses: list  # kvlab.hf.presses as 'name keep budget' (budget: a fraction of the context, or tokens)
+    others: list  # labels of the settings also measured on every model after the first ('*': all)
     peers: list  # transformers QuantizedCache backends
     contexts: list  # tokens per held-out window and task sample
     task: str  # kvlab.train.tasks name
-    samples: int  # task samples per context
+    samples: int  # task samples per (model, setting, context)
     windows: int  # held-out windows per context
+    heatmap: list  # settings of the needle heatmap (labels as above)
+    heatmap_contexts: list  # context lengths of the heatmap
+    depth_samples: int  # niah samples per heatmap cell (context x depth decile)
     chunk: int  # tokens per forward
+    batch: int  # samples (or windows) per forward
     compute_dtype: str  # the models' compute dtype
     decode_steps: int  # decode steps timed per peer pair
     decode_rounds: int  # interleaved timing rounds
     seed: int  # seed of windows and samples
     threads: int  # torch CPU threads
+    full: bool  # the complete grid (FULL): every format, budget, press and model, 385 samples a cell
     paths: list = field(init=False)  # models (and the V4.1-like one) resolved to directories (or Hub ids)
     dtype: torch.dtype = field(init=False)  # compute_dtype as a torch dtype
 
     def __post_init__(self):
         from ..formats import get_format
         from .evaluate import quiet
-        from .mechanisms import parse_mechanism
+        if self.need_flag("full"):
+            for k, v in FULL.items():
+                setattr(self, k, list(v) if isinstance(v, (list, tuple)) else v)
         names = self.need_names("models")
         if self.need_text("v41_model"):
             names = names + [self.v41_model]
@@ -71,18 +81,55 @@ class QualityParams(NotebookParams):
         for f in self.need_names("formats"):
             self.need_lookup("formats", get_format, f)
         for m in self.need_names("mechanisms", empty=True):
-            self.need_lookup("mechanisms", parse_mechanism, m)
+            self.need_lookup("mechanisms", mechanism_label, m)
+        press_settings(self.need_names("presses", empty=True))
+        self.need_names("others", empty=True)
+        self.need_names("heatmap", empty=True)
         self.need_names("peers", PEERS[1:], empty=True)
         self.need_ints("contexts", 16)
+        self.need_ints("heatmap_contexts", 64)
         with quiet():  # kvlab.train registers its model with transformers: imports that log timestamps
             from ..train.tasks import TASKS
         self.need_choice("task", TASKS)
         self.need_int("residual", 0)
-        for k in ("samples", "windows", "chunk", "decode_steps", "decode_rounds", "threads"):
+        self.need_int("depth_samples", 0)
+        for k in ("samples", "windows", "chunk", "batch", "decode_steps", "decode_rounds", "threads"):
             self.need_int(k, 1)
         self.need_int("seed", 0)
         self.need_choice("compute_dtype", COMPUTE_DTYPES)
         self.dtype = getattr(torch, self.compute_dtype)
+        known = [s.label for s in self.settings()]
+        for k in ("others", "heatmap"):
+            bad = [x for x in getattr(self, k) if x != "*" and not any(same_label(x, y) for y in known)]
+            if bad:
+                raise ParameterError(f"parameter {k}: {', '.join(map(repr, bad))} is not one of this run's settings "
+                                     f"({', '.join(sorted(known))})")
+
+    def settings(self, dtype: torch.dtype | None = torch.bfloat16) -> list[Setting]:
+        """Every setting of the run: formats, then mechanisms and presses with K/V in BF16 (`dtype`: what a KIVI
+        residual, a window and a press hold unquantized, BF16 as served)."""
+        return (format_settings(self.formats, self.residual, dtype) + mechanism_settings(self.mechanisms, dtype=dtype)
+                + press_settings(self.presses, dtype=dtype))
+
+    def pick(self, labels: list, dtype: torch.dtype | None = torch.bfloat16) -> list[Setting]:
+        """The settings named in `labels` ('*': all), in the run's order."""
+        return [s for s in self.settings(dtype) if "*" in labels or any(same_label(s.label, x) for x in labels)]
+
+
+# What `full=True` runs (notebook 08): every format, each mechanism and every press at 1/8, 1/4 and 1/2 of the
+# context, every setting on every model, two contexts, 385 samples a cell (a Wilson 95% interval of at most +-0.05
+# at any accuracy: kvlab.stats.samples_for_halfwidth(0.05)) and a heatmap of every setting on every model.
+FULL_BUDGETS = ("1/8", "1/4", "1/2")
+FULL = dict(
+    formats=("bf16", "fp8_e4m3", "mxfp8", "nvfp4", "mxfp4", "int4", "int2"),
+    mechanisms=tuple(m for b in FULL_BUDGETS for m in (f"window={b}", f"topk={b}"))
+    + ("capped=1/64x8,topk=1/16", "csa=4,topk=1/16,window=1/16", "hca=2,window=1/16", "hca=4,window=1/16",
+       "hca=8,window=1/16"),
+    presses=tuple(f"{p} keep {b}" for p in ("streaming_llm", "knorm", "snapkv", "tova", "h2o", "expected_attention",
+                                      "random", "pyramidkv", "adakv", "keydiff", "lagkv", "chunkkv")
+                  for b in FULL_BUDGETS),
+    others=("*",), heatmap=("*",), contexts=(1024, 2048), heatmap_contexts=(256, 512, 1024, 2048),
+    samples=385, windows=32, depth_samples=20)
 
 
 # The formats of the issue's frontier: integer groups get KIVI's treatment (keys per channel, values per
@@ -91,19 +138,44 @@ FORMATS = ("bf16", "fp8_e4m3", "mxfp8", "nvfp4", "mxfp4", "int4", "int2")
 MECHANISMS = ("window=64", "topk=32", "capped=8x8,topk=32", "csa=4,topk=16,window=32", "hca=16,window=32")
 
 
+FRACTION = re.compile(r"(\d+)/(\d+)")  # a budget written as a fraction of the context: window=1/8
+
+
+def at_context(text: str, tokens: int) -> str:
+    """`text` with every fraction a/b replaced by round(tokens * a / b) (at least 2): 'window=1/8' at 1,024
+    tokens is 'window=128'."""
+    def one(m):
+        a, b = int(m.group(1)), int(m.group(2))
+        if b == 0 or a > b:
+            raise ParameterError(f"budget {m.group(0)} in {text!r} is not a fraction of the context in (0, 1]")
+        return str(max(2, round(tokens * a / b)))
+    return FRACTION.sub(one, text)
+
+
 @dataclass(frozen=True)
 class Setting:
-    """One way to hold a model's KV cache."""
+    """One way to hold a model's KV cache. Options may state budgets as fractions of the context (a mechanism's
+    'window=1/8', a press's keep < 1): `make(model, tokens)` resolves them for a context of `tokens` tokens."""
 
     label: str  # its name in tables and plots
     kind: str  # "kvlab" (make_cache) or "peer" (a transformers cache)
     options: dict = field(default_factory=dict, hash=False)  # make_cache keywords, or {"peer": name}
 
-    def make(self, model):
+    @property
+    def press(self) -> bool:
+        """A token-eviction press: its context is prefilled in one forward and compressed (kvpress's protocol)."""
+        return self.options.get("press") is not None
+
+    def make(self, model, tokens: int | None = None):
         from .cache import make_cache
         if self.kind == "peer":
             return peer_cache(model, self.options["peer"])
-        return make_cache(model, **self.options)
+        o = dict(self.options)
+        if isinstance(o.get("mechanism"), str) and FRACTION.search(o["mechanism"]):
+            if tokens is None:
+                raise ParameterError(f"setting {self.label!r} states its budget as a fraction: give the context")
+            o["mechanism"] = at_context(o["mechanism"], tokens)
+        return make_cache(model, **o)
 
 
 def format_settings(formats=FORMATS, residual: int = 32, dtype: torch.dtype | None = None) -> list[Setting]:
@@ -117,13 +189,25 @@ def format_settings(formats=FORMATS, residual: int = 32, dtype: torch.dtype | No
     return out
 
 
+def mechanism_label(text: str) -> str:
+    """A mechanism's label, checked: kvlab.hf.mechanisms' own ('window:64' and 'window=64' alike), fractions of the
+    context kept as written ('window=1/8')."""
+    from .mechanisms import parse_mechanism
+    if not isinstance(text, str):
+        raise ParameterError(f"mechanism must be a string such as 'window=1/8', got {text!r}")
+    if not FRACTION.search(text):
+        return parse_mechanism(text).label()
+    parse_mechanism(at_context(text, 1 << 16))  # the same checks at a nominal context
+    return re.sub(r"\s+", "", text).replace(":", "=")
+
+
 def mechanism_settings(mechanisms=MECHANISMS, kv_format: str = "bf16", dtype: torch.dtype | None = None
                        ) -> list[Setting]:
     """One setting per mechanism, K/V in `kv_format`."""
     from .mechanisms import parse_mechanism
     out = []
     for m in mechanisms:
-        label = parse_mechanism(m).label()  # 'window:64' and 'window=64' alike
+        label = mechanism_label(m)
         out.append(Setting(label if kv_format == "bf16" else f"{label} {kv_format}", "kvlab",
                            dict(kv_format=kv_format, mechanism=m, dtype=dtype)))
     return out
@@ -135,6 +219,36 @@ def peer_settings(peers=("quanto4", "quanto2", "fp8")) -> list[Setting]:
         if p not in PEERS:
             raise ParameterError(f"unknown peer cache {p!r}; choose one of {', '.join(PEERS)}")
     return [Setting(f"QuantizedCache {p}", "peer", dict(peer=p)) for p in peers]
+
+
+def press_settings(presses=("snapkv keep 1/4",), kv_format: str = "bf16", dtype: torch.dtype | None = None
+                   ) -> list[Setting]:
+    """One setting per press and budget (kvlab.hf.presses), written 'snapkv keep 1/4', 'snapkv 1/4' or
+    'snapkv=1/4': the budget a fraction of the context (1/4, 0.25) or a token count; K/V in `kv_format`."""
+    from fractions import Fraction as F
+
+    from .presses import make_plan
+    out = []
+    for spec in need_list("presses", presses, "a list of 'press keep budget' strings"):
+        parts = re.split(r"\s*=\s*|\s+keep\s+|\s+", spec.strip()) if isinstance(spec, str) else []
+        if len(parts) != 2:
+            raise ParameterError(f"press setting {spec!r}: write it as 'name keep budget', e.g. 'snapkv keep 1/4'")
+        name, budget = parts
+        try:
+            keep = F(budget)
+        except (ValueError, ZeroDivisionError):
+            raise ParameterError(f"press setting {spec!r}: the budget {budget!r} is not a number or fraction") from None
+        keep = float(keep) if keep < 1 else int(keep)
+        make_plan(name, keep)  # checks the name and the budget now, before any model runs
+        label = f"{name} keep {budget}" + ("" if kv_format == "bf16" else f" {kv_format}")
+        out.append(Setting(label, "kvlab", dict(kv_format=kv_format, press=name, keep=keep, dtype=dtype)))
+    return out
+
+
+def same_label(a: str, b: str) -> bool:
+    """Two setting labels name the same setting ('window:1/4' is 'window=1/4': notebooks write ':')."""
+    norm = lambda x: re.sub(r"\s+", " ", x.strip()).replace(":", "=")  # noqa: E731
+    return norm(a) == norm(b)
 
 
 @dataclass
@@ -151,6 +265,10 @@ class Measured:
     window_tokens: list = field(default_factory=list)  # next tokens scored in each window
     right: int = 0  # task answers right
     answers: int = 0  # task answers scored (the accuracy's n)
+    samples: int = 0  # task samples drawn (one answer each for niah / needle / vartrack; several for mqar / recall)
+    sample_held_bytes: int | None = None  # bytes held after a task sample (mean; a press holds its budget there)
+    sample_right: list = field(default_factory=list)  # answers right in each task sample (seeded order)
+    sample_answers: list = field(default_factory=list)  # answers in each task sample
 
     @property
     def accuracy_ci(self) -> list | None:
@@ -176,8 +294,9 @@ class Row(Measured):
 
 
 def runner(model, setting: Setting, chunk: int):
-    """(run, growth): run(ids [1, T]) -> Pass through a fresh cache of `setting` (the V4.1-like model: its Stack);
-    growth() -> the layout's bytes per token once a pass has run (None for a peer)."""
+    """(run, growth): run(ids [B, T], prefill=None) -> Pass through a fresh cache of `setting` (the V4.1-like
+    model: its Stack, one row at a time), the first `prefill` tokens in one forward when the setting is a press
+    (its context, compressed once); growth() -> the layout's bytes per token once a pass has run (None: a peer)."""
     growth = None
     if is_v41(model):
         from ..train.v41 import to_stack
@@ -186,71 +305,127 @@ def runner(model, setting: Setting, chunk: int):
         stack = to_stack(model, roles)
         growth = stack_layout(model, f).bytes_per_token
 
-        def run(ids):
-            return stack_pass(model, ids, roles, chunk, stack)
+        def run(ids, prefill=None):
+            ps = [stack_pass(model, row[None], roles, chunk, stack) for row in ids]
+            return Pass(sum(p.nll for p in ps), sum(p.scored for p in ps), torch.cat([p.predictions for p in ps]),
+                        sum(p.held_bytes for p in ps), sum(p.predicted_bytes for p in ps), [p.nll for p in ps])
     else:
-        def run(ids):
+        def run(ids, prefill=None):
             nonlocal growth
-            cache = setting.make(model)
-            p = run_pass(model, ids, cache, chunk)
+            cache = setting.make(model, ids.shape[1])
+            p = run_pass(model, ids, cache, chunk, prefill if setting.press else None)
             if hasattr(cache, "layout"):
                 growth = cache.layout.bytes_per_token
             return p
     return run, (lambda: growth)
 
 
-def measure(model, setting: Setting, windows: torch.Tensor, samples, encode, chunk: int) -> Measured:
-    """One setting over text windows [n, T] and task samples, each window and sample through a fresh cache."""
-    from ..train.tasks import render, score_predictions
+def question_start(sample, encode) -> int:
+    """Tokens before a task sample's question (its last line before the answer): a press's context."""
+    head = sample.segments[0][0]
+    return len(encode(head[:head.rfind("\n") + 1])) if "\n" in head else len(encode(head))
+
+
+def _halfwidth(right: int, n: int) -> float:
+    from ..stats import wilson
+    lo, hi = wilson(right, n)
+    return max(right / n - lo, hi - right / n)
+
+
+def score_samples(run, samples: list, encode, batch: int) -> tuple[int, int, list, list, list]:
+    """(answers right, answers, held bytes per pass, predicted bytes per pass, (right, answers) per sample in the
+    given order) of task samples, `batch` samples of equal length per pass through a fresh cache."""
+    from ..train.tasks import batch as render_batch
+    from ..train.tasks import score_predictions
+    held, pred, per = [], [], {}
+    by_len = {}
+    for k, smp in enumerate(samples):
+        by_len.setdefault(len(encode(smp.text)), []).append((k, smp))
+    for group in by_len.values():
+        for i in range(0, len(group), batch):
+            part = group[i:i + batch]
+            ids, labels = render_batch([smp for _, smp in part], encode)
+            p = run(ids, min(question_start(smp, encode) for _, smp in part))
+            for row, (k, _) in enumerate(part):
+                per[k] = score_predictions(p.predictions[row:row + 1], labels[row:row + 1])
+            held.append(p.held_bytes)
+            pred.append(p.predicted_bytes)
+    per = [per[k] for k in range(len(samples))]
+    return sum(r for r, _ in per), sum(n for _, n in per), held, pred, per
+
+
+def measure(model, setting: Setting, windows: torch.Tensor, task: str | None, seed: int, encode, chunk: int,
+            samples: int = 32, halfwidth: float | None = None, max_samples: int | None = None,
+            batch: int = 32) -> Measured:
+    """One setting over text windows [n, T] and task samples of T tokens, `batch` rows per fresh cache.
+    Task samples: `samples` of them, or, with `halfwidth`, more in rounds of `batch` until the accuracy's Wilson
+    95% interval is at most that wide on each side (or `max_samples` are scored); the sample stream is seeded, so
+    a run is reproducible. A press prefills each window's first half (a task sample: all before its question)."""
+    from ..train.tasks import get_task
     run, grown = runner(model, setting, chunk)
-    nll = scored = 0
-    held, pred = [], []
-    per_nll, per_tokens = [], []
-    for w in windows:
-        p = run(w[None])
-        nll, scored = nll + p.nll, scored + p.scored
-        per_nll.append(p.nll)
-        per_tokens.append(p.scored)
+    t = windows.shape[1]
+    per_nll, per_tokens, held, pred, rows = [], [], [], [], 0
+    for i in range(0, windows.shape[0], batch):
+        w = windows[i:i + batch]
+        p = run(w, max(1, t // 2))
+        per_nll += p.row_nll
+        per_tokens += [t - 1] * w.shape[0]
         held.append(p.held_bytes)
         pred.append(p.predicted_bytes)
-    right = total = 0
-    matches = all(h == q for h, q in zip(held, pred))
-    for s in samples:
-        ids, labels = render(s, encode)
-        p = run(ids[None])
-        r, n = score_predictions(p.predictions, labels[None])
-        right, total = right + r, total + n
-        matches = matches and p.held_bytes == p.predicted_bytes
+        rows += w.shape[0]
+    mean = round(sum(held) / rows)
+    n_window_passes = len(held)
+    right = total = drawn = 0
+    per_sample = []
+    if task:
+        cap = max(samples, max_samples or samples) if halfwidth else samples
+        stream = get_task(task)
+        while drawn < cap:
+            k = min(batch, cap - drawn) if halfwidth else cap
+            new = [stream.generate(seed * 1_000_003 + drawn + j, t) for j in range(k)]
+            r, n, h, q, per = score_samples(run, new, encode, batch)
+            right, total, drawn = right + r, total + n, drawn + k
+            per_sample += per
+            held += h
+            pred += q
+            if not halfwidth or (drawn >= samples and total and _halfwidth(right, total) <= halfwidth):
+                break
+    nll, scored = sum(per_nll), sum(per_tokens)
     ppl = float(torch.tensor(nll / scored).exp())
     acc = right / total if total else None
-    mean = round(sum(held) / len(held))
-    counts = dict(window_nll=per_nll, window_tokens=per_tokens, right=right, answers=total)
-    growth = grown()
+    counts = dict(window_nll=per_nll, window_tokens=per_tokens, right=right, answers=total, samples=drawn,
+                  sample_held_bytes=round(sum(held[n_window_passes:]) / drawn) if drawn else None,
+                  sample_right=[r for r, _ in per_sample], sample_answers=[n for _, n in per_sample])
     if pred[0] is None:
         return Measured(ppl, acc, mean, None, None, None, **counts)
-    return Measured(ppl, acc, mean, round(sum(pred) / len(pred)), matches, growth, **counts)
+    matches = all(h == q for h, q in zip(held, pred))
+    return Measured(ppl, acc, mean, round(sum(pred[:n_window_passes]) / rows), matches, grown(), **counts)
 
 
 def applies(model, setting: Setting) -> bool:
     """Whether a setting applies to a model: the V4.1-like model takes plain formats (its compression and
-    selection are its own, learned), not mechanisms, residuals or transformers' caches."""
-    if not is_v41(model):
-        return True
+    selection are its own, learned), not mechanisms, residuals, presses or transformers' caches; presses score
+    dense K/V heads, which an MLA latent (shared by its heads) does not have."""
     o = setting.options
-    return setting.kind == "kvlab" and not o.get("mechanism") and not o.get("residual")
+    if is_v41(model):
+        return setting.kind == "kvlab" and not o.get("mechanism") and not o.get("residual") and not setting.press
+    return not (setting.press and getattr(model.config, "kv_lora_rank", None))
 
 
 def sweep(models: dict, settings: list[Setting], contexts: list[int], task: str | None, samples: int, windows: int,
-          chunk: int, seed: int = 0, progress: bool = True) -> list[Row]:
+          chunk: int, seed: int = 0, progress: bool = True, halfwidth: float | None = None,
+          max_samples: int | None = None, batch: int = 32) -> list[Row]:
     """Every (model, setting, context): models maps a name to (model, encode). The text windows are nested:
     a context of T tokens reads the first T tokens of the same windows (drawn once at the longest context),
-    so perplexities at two contexts differ by the context, not by the text; task samples are drawn per context."""
+    so perplexities at two contexts differ by the context, not by the text; task samples are drawn per context
+    (`samples`, or with `halfwidth` as many as the Wilson interval needs, up to `max_samples`: `measure`).""" 
     from tqdm.auto import tqdm
 
-    from ..train.tasks import get_task
     contexts = [need_int("contexts", t, 2) for t in need_list("contexts", contexts, "a list of token counts")]
-    for k, v in (("samples", samples), ("windows", windows), ("chunk", chunk)):
+    for k, v in (("samples", samples), ("windows", windows), ("chunk", chunk), ("batch", batch)):
         need_int(k, v, 1)
+    if halfwidth is not None and not 0 < halfwidth < 0.5:
+        raise ParameterError(f"halfwidth = {halfwidth!r}: an interval's half-width is in (0, 0.5)")
     rows = []
     longest = max(contexts)
     bar = tqdm(total=len(models) * len(contexts) * len(settings), disable=not progress, desc="settings")
@@ -258,13 +433,13 @@ def sweep(models: dict, settings: list[Setting], contexts: list[int], task: str 
         text = text_windows(encode, longest, windows, seed)  # [windows, longest]
         for T in contexts:
             win = text[:, :T]
-            ss = get_task(task).samples(seed, samples, T) if task else []
             for s in settings:
                 if not applies(model, s):
                     bar.update()
                     continue
                 try:
-                    m = measure(model, s, win, ss, encode, chunk)
+                    m = measure(model, s, win, task, seed * 7_919 + T, encode, chunk, samples, halfwidth,
+                                max_samples, batch)
                 except (ValueError, TypeError, RuntimeError) as e:
                     if s.kind != "peer":
                         raise
@@ -307,14 +482,14 @@ def decile_depths(n: int = 10) -> list[float]:
 
 
 def depth_grid(models: dict, settings: list[Setting], task: str, contexts: list[int], depths: list[float],
-               samples: int, chunk: int, seed: int = 0) -> list[DepthCell]:
+               samples: int, chunk: int, seed: int = 0, batch: int = 32) -> list[DepthCell]:
     """Accuracy by context length x depth of the asked fact (RULER / needle-in-a-haystack plots), per model and
     setting: `samples` seeded samples per cell, each through a fresh cache. models maps a name to (model, encode);
     the task must place its asked fact by a `depth` option (kvlab.train.tasks)."""
     import inspect
 
     from ..checks import need_int
-    from ..train.tasks import get_task, render, score_predictions
+    from ..train.tasks import get_task
     t = get_task(task)
     if "depth" not in inspect.signature(t.generate).parameters:
         raise ParameterError(f"task {task!r} does not place its answer by depth; a depth grid needs one that does")
@@ -330,12 +505,9 @@ def depth_grid(models: dict, settings: list[Setting], task: str, contexts: list[
             run, _ = runner(model, s, chunk)
             for T in contexts:
                 for j, d in enumerate(depths):
-                    right = total = 0
-                    for i in range(samples):
-                        sample = t.generate(((seed * 100_003 + T) * 101 + j) * 100_003 + i, T, depth=float(d))
-                        ids, labels = render(sample, encode)
-                        r, n = score_predictions(run(ids[None]).predictions, labels[None])
-                        right, total = right + r, total + n
+                    cell = [t.generate(((seed * 100_003 + T) * 101 + j) * 100_003 + i, T, depth=float(d))
+                            for i in range(samples)]
+                    right, total, _, _, _ = score_samples(run, cell, encode, batch)
                     out.append(DepthCell(name, s.label, T, float(d), right, total))
     return out
 
@@ -351,6 +523,23 @@ def changes(rows: list[Row], reference: str = "bf16", seed: int = 0) -> dict:
         if ref is not None and r.window_tokens == ref.window_tokens and r.window_nll:
             out[r.model, r.setting, r.context] = perplexity_change(ref.window_nll, r.window_nll, r.window_tokens,
                                                                    seed=seed)
+    return out
+
+
+def accuracy_changes(rows: list[Row], reference: str = "bf16", seed: int = 0) -> dict:
+    """(model, setting, context) -> Interval of the task accuracy's change against the `reference` setting on the
+    same samples (kvlab.stats.paired_accuracy_change); rows without that reference or without samples are left out."""
+    from ..stats import paired_accuracy_change
+    refs = {(r.model, r.context): r for r in rows if r.setting == reference}
+    out = {}
+    for r in rows:
+        ref = refs.get((r.model, r.context))
+        if ref is None or not r.sample_right:
+            continue
+        k = min(len(ref.sample_right), len(r.sample_right))  # the shared prefix of one seeded sample stream
+        if k and ref.sample_answers[:k] == r.sample_answers[:k]:
+            out[r.model, r.setting, r.context] = paired_accuracy_change(ref.sample_right[:k], r.sample_right[:k],
+                                                                        r.sample_answers[:k], seed=seed)
     return out
 
 
@@ -403,8 +592,11 @@ def training_record(path: str) -> dict:
         return {}
     r = json.loads(f.read_text())
     final = r.get("final") or {}
+    cfg = r.get("config") or {}
     return dict(steps=r.get("steps_run"), tokens=r.get("tokens"), parameters=r.get("parameters"),
-                heldout_loss=final.get("heldout_loss"), tasks=final.get("tasks") or {})
+                heldout_loss=final.get("heldout_loss"), tasks=final.get("tasks") or {},
+                bf16=final.get(cfg.get("save_dtype", "bfloat16")) or {}, eval_samples=cfg.get("eval_samples"),
+                eval_length=cfg.get("eval_length"), wall_s=(r.get("volatile") or {}).get("wall_s"))
 
 
 def count_parameters(model) -> int:

@@ -127,3 +127,24 @@ def perplexity_change(nll_ref, nll, tokens, resamples: int = 2000, seed: int = 0
     b, _ = _check_windows("setting", nll, tokens)
     return PerplexityChange(math.exp(a.sum() / t.sum()), math.exp(b.sum() / t.sum()),
                             paired_bootstrap(a, b, t, resamples, seed))
+
+
+def paired_accuracy_change(right_ref, right, answers, resamples: int = 2000, seed: int = 0) -> Interval:
+    """The accuracy change (setting - reference) on the same task samples, with its paired bootstrap 95% interval:
+    samples resampled with replacement, each carrying its answers right under both (`right_ref`, `right`) out of
+    `answers` (one per niah sample; several per MQAR sample)."""
+    a = np.asarray(right_ref, dtype=np.float64)
+    b = np.asarray(right, dtype=np.float64)
+    n = np.asarray(answers, dtype=np.float64)
+    if a.ndim != 1 or a.shape != b.shape or a.shape != n.shape or a.size == 0:
+        raise ParameterError("paired accuracy change: answers right (reference, setting) and answers per sample must "
+                             f"be three 1-D sequences of one length, got shapes {a.shape}, {b.shape}, {n.shape}")
+    if np.any(n <= 0) or np.any(a < 0) or np.any(b < 0) or np.any(a > n) or np.any(b > n):
+        raise ParameterError("paired accuracy change: every sample needs 0 <= right <= answers and answers >= 1")
+    need_int("resamples", resamples, 10)
+    need_int("seed", seed, 0)
+    point = (b.sum() - a.sum()) / n.sum()
+    idx = np.random.default_rng(seed).integers(0, a.size, size=(resamples, a.size))  # [R, n] sample indices
+    diff = (b - a)[idx].sum(1) / n[idx].sum(1)  # [R]
+    low, high = np.percentile(diff, [2.5, 97.5])
+    return Interval(float(point), float(min(low, point)), float(max(high, point)), int(a.size))

@@ -101,6 +101,7 @@ class CopyProbe:
     length: int  # bytes per row (text window with the two copies inside)
     strings: int  # strings measured
     skip: int  # leading bytes of each copy not measured
+    measured: int = 0  # second-copy bytes measured over all strings (the accuracy's n)
 
     @property
     def gain(self) -> float:
@@ -138,4 +139,5 @@ def copy_probe(model, seed: int = 0, n: int = 8, length: int = 256, corpus=None,
         second.append(nll[r, b])
         acc.append(hit[r, b])
     return CopyProbe(first=torch.cat(first).mean().item(), second=torch.cat(second).mean().item(),
-                     accuracy=torch.cat(acc).mean().item(), length=length, strings=n, skip=skip)
+                     accuracy=torch.cat(acc).mean().item(), length=length, strings=n, skip=skip,
+                     measured=int(sum(a.numel() for a in acc)))

@@ -201,6 +201,13 @@ class KvlabV41ForCausalLM(KvlabV41PreTrainedModel, GenerationMixin):
         return None
 
     def forward(self, input_ids: torch.Tensor, attention_mask=None, labels=None, use_cache=None, **kwargs):
+        if self.embed.dtype != torch.float32:
+            # low-precision weights (BF16): kvlab.attention's reference algorithms compute in float32, so this runs
+            # a float32 copy holding the weights' own (BF16-exact) values, as the Stack does; logits in float32
+            import copy
+            twin = copy.deepcopy(self).float()
+            twin.train(self.training)
+            return twin.forward(input_ids, attention_mask, labels, use_cache, **kwargs)
         cfg = self.config
         b, s = input_ids.shape
         x = F.embedding(input_ids, self.embed)  # [B, S, hidden]
@@ -234,7 +241,8 @@ class KvlabV41ForCausalLM(KvlabV41PreTrainedModel, GenerationMixin):
         kv = apply_rope(rms_norm(x @ w.wkv, w.kv_norm), st.qpos, r, theta)  # [B, S, D]
         ent, idx, kl = self._entries(p, w, x, q, st)  # [B, N, D], [B, S, k]
         st.selection[p.index] = idx
-        o = windowed_sparse_attention(q, ent, idx, w.sinks, kv, st.qpos, cfg.sliding_window)  # [B, H, S, D]
+        o = windowed_sparse_attention(q, ent, idx, w.sinks, kv, st.qpos, cfg.sliding_window)  # [B, H, S, D] float32
+        o = o.to(q.dtype)  # back to the model's dtype (BF16 weights compute in BF16 around the attention)
         o = apply_rope(o, st.qpos, r, theta, inverse=True)  # K=V carried RoPE: undo it on the output
         return o.transpose(1, 2).reshape(b, s, -1) @ w.wo, kl  # [B, S, hidden]
 
