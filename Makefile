@@ -77,8 +77,8 @@ notebooks: setup
 	  $(BIN)/python -m kvlab.nb.nbclean "$$nb"; done
 
 # Retrain the small committed checkpoints (data/checkpoints/<name>/) from scratch, one thread each (the reference
-# run is bit-reproducible on one machine): about 40 min dense, 70 min MLA; the V4.1-like stack, 10-35 s a step,
-# some 15 h (measured in docs/training-notes.md).
+# run is bit-reproducible on one machine): measured 41 min dense (2,444 s), 81 min MLA (4,870 s, beside another run),
+# the V4.1-like stack about 1.6 h plus evaluations (1-3 s a step): some 4 h in all on 2 cores (docs/training-notes.md).
 train: setup
 	$(BIN)/kvlab train all --threads 1 --quiet
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from kvlab.train import bars, checkpoint_dir
+from trained import AWAITING_RETRAIN
 
 ALL = ("copy_gain", "copy_accuracy", "heldout_loss", "niah", "recall", "niah_every_decile")
 # bars a checkpoint does not reach at the 2-core budget (training notes: docs/training-notes.md), with the floor its
@@ -17,7 +18,10 @@ SHORT = {
 }
 
 
-@pytest.fixture(scope="module", params=list(SHORT))
+@pytest.fixture(scope="module", params=[
+    pytest.param(n, marks=pytest.mark.skip(reason=f"not on today's recipe yet: {AWAITING_RETRAIN[n]}"))
+    if n in AWAITING_RETRAIN else n
+    for n in SHORT])
 def measured(request):
     torch.set_num_threads(1)
     return bars.check(str(checkpoint_dir(request.param)), samples=32, depth_samples=4, copy_strings=12, windows=4)

@@ -5,7 +5,7 @@ from nbutil import run_notebook
 
 SMALL = dict(formats=["bf16", "nvfp4", "int4"], residual=32, mechanisms=["window:1/4", "hca:8,window:32"],
              presses=["snapkv keep 1/4", "streaming_llm keep 64"], others=["bf16", "nvfp4"], peers=["quanto4"],
-             contexts=[128, 256], samples=8, windows=4, heatmap=["bf16", "window:1/4"], heatmap_contexts=[128, 256],
+             contexts=[160, 256], samples=8, windows=4, heatmap=["bf16", "window:1/4"], heatmap_contexts=[128, 256],
              depth_samples=2, chunk=64, batch=8, decode_steps=4, decode_rounds=1)
 
 
@@ -26,8 +26,9 @@ def test_nb_08_small(tmp_path):
     # window=1/4 at 256 tokens: W = 64, so 63 tokens held per layer; the press keeps its budget of the context
     assert held["qwen3-tiny|window=1/4|256"] == 63 * 1024
     assert held["qwen3-tiny|streaming_llm keep 64|256"] < held["qwen3-tiny|bf16|256"] == 256 * 1024
-    # the other models take the `others` at the first context; presses do not apply to the MLA latent
-    assert "deepseek-v3-tiny|nvfp4|128" in held and "deepseek-v3-tiny|nvfp4|256" not in held
+    # the other models take the `others` at the first context (160: SnapKV's 64-token window fits in half of it);
+    # presses do not apply to the MLA latent
+    assert "deepseek-v3-tiny|nvfp4|160" in held and "deepseek-v3-tiny|nvfp4|256" not in held
     assert not any(k.startswith("deepseek-v3-tiny|snapkv") for k in held)
     assert set(r["samples"].values()) == {8}  # niah: one answer per sample
     for k, (lo, hi) in r["accuracy_ci"].items():
@@ -39,7 +40,7 @@ def test_nb_08_small(tmp_path):
     assert r["heatmap_samples_per_cell"] == 2
     assert set(r["heatmap_mean_accuracy"]) == {f"qwen3-tiny|{s}|{t}" for s in ("bf16", "window=1/4") for t in (128, 256)}
     peers = r["peer_held_bytes"]
-    assert peers["kvlab bf16"] == peers["DynamicCache"] == 128 * 1024
+    assert peers["kvlab bf16"] == peers["DynamicCache"] == 160 * 1024
     assert peers["kvlab int4_g64"] <= peers["QuantizedCache quanto4"]
 
 

@@ -47,12 +47,25 @@ def test_checkpoint_loads_with_from_pretrained(name):
     assert tok("def f():")["input_ids"] == list(b"def f():")
 
 
+from trained import AWAITING_RETRAIN  # noqa: E402  (checkpoints still on the earlier recipe)
+
+
 def test_same_budget_for_every_model():
-    recipes = [load_record(checkpoint_dir(n))[0] for n in CHECKPOINTS]
+    """Every checkpoint on today's recipe shares one budget (architecture and evaluation schedule aside)."""
+    from kvlab.hf.quality import current_recipe
+    recipes = [load_record(checkpoint_dir(n))[0] for n in CHECKPOINTS if n not in AWAITING_RETRAIN]
     # the architecture and the evaluation schedule (what is recorded, not what is trained) may differ
     budgets = {json.dumps({k: v for k, v in c.to_dict().items() if k not in ("arch", "eval_every")}, sort_keys=True)
                for c in recipes}
     assert len(budgets) == 1
+    assert all(current_recipe(c.to_dict()) for c in recipes)
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=AWAITING_RETRAIN[n], strict=True))
+                                  if n in AWAITING_RETRAIN else n for n in CHECKPOINTS])
+def test_every_checkpoint_is_on_todays_recipe(name):
+    from kvlab.hf.quality import current_recipe
+    assert current_recipe(load_record(checkpoint_dir(name))[0].to_dict())
 
 
 @pytest.mark.parametrize("name", CHECKPOINTS)

@@ -15,7 +15,7 @@ def register(sub) -> None:
     p.add_argument("arch", nargs="*", default=["all"], metavar="ARCH",
                    help="architectures: dense, mla, v41 (kvlab.train.models.ARCHS) or all (default all)")
     p.add_argument("--size", default="tiny",
-                   help="size preset: tiny (1 CPU thread: 40 min dense to 15 h V4.1-like), small, base "
+                   help="size preset: tiny (1 CPU thread: 41 min dense, 81 min MLA, about 2 h V4.1-like), small, base "
                         "(kvlab.train.sizes.SIZES)")
     p.add_argument("--steps", type=count("--steps"), default=None,
                    help="optimizer steps (default: the recipe's, kvlab.train.TrainConfig.steps)")

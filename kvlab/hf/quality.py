@@ -543,6 +543,43 @@ def accuracy_changes(rows: list[Row], reference: str = "bf16", seed: int = 0) ->
     return out
 
 
+def kept_positions(model, setting: Setting, ids: torch.Tensor, prefill: int | None, chunk: int) -> list:
+    """Which original positions each layer holds after `ids` [1, T] went through a fresh cache of `setting` (a press:
+    its first `prefill` tokens compressed as the context): per layer a LongTensor [1, Hkv, held], sorted."""
+    cache = setting.make(model, ids.shape[1])
+    run_pass(model, ids, cache, chunk, prefill if setting.press else None)
+    return [layer.positions.cpu() for layer in cache.layers]
+
+
+def family(label: str) -> str:
+    """A setting's method without its budget: 'snapkv keep 1/4' -> 'snapkv', 'window=1/8' -> 'window'."""
+    if " keep " in label:
+        return label.split(" keep ")[0]
+    if " (" in label:  # 'int4 (KIVI, r=32)'
+        return label.split(" (")[0]
+    return label.split("=")[0] if "=" in label else label
+
+
+def fewest_bytes(rows: list[Row], target: float, context: int) -> dict:
+    """(model, method) -> the row holding the fewest bytes (where its accuracy was measured) among that method's
+    budgets whose accuracy reaches `target` at `context` tokens, or None when no budget measured does: the budget a
+    method needs for the target (the row carries its Wilson interval: how sure that reading is)."""
+    out = {}
+    for r in rows:
+        if r.context != context or r.accuracy is None:
+            continue
+        k = (r.model, family(r.setting))
+        held = r.sample_held_bytes if r.sample_held_bytes is not None else r.held_bytes
+        ok = r.accuracy >= target
+        best = out.get(k)
+        if ok and (best is None or held < (best.sample_held_bytes if best.sample_held_bytes is not None
+                                           else best.held_bytes)):
+            out[k] = r
+        else:
+            out.setdefault(k, None)
+    return out
+
+
 def frontier(rows: list[Row]) -> list[Row]:
     """Rows no other row of the same model and context beats on both held bytes and perplexity."""
     out = []
@@ -593,10 +630,21 @@ def training_record(path: str) -> dict:
     r = json.loads(f.read_text())
     final = r.get("final") or {}
     cfg = r.get("config") or {}
-    return dict(steps=r.get("steps_run"), tokens=r.get("tokens"), parameters=r.get("parameters"),
+    return dict(current_recipe=current_recipe(cfg), steps=r.get("steps_run"), tokens=r.get("tokens"), parameters=r.get("parameters"),
                 heldout_loss=final.get("heldout_loss"), tasks=final.get("tasks") or {},
                 bf16=final.get(cfg.get("save_dtype", "bfloat16")) or {}, eval_samples=cfg.get("eval_samples"),
                 eval_length=cfg.get("eval_length"), wall_s=(r.get("volatile") or {}).get("wall_s"))
+
+
+def current_recipe(config: dict) -> bool | None:
+    """Whether a training record's config is today's recipe (kvlab.train.TrainConfig's defaults for its architecture
+    and size; the evaluation schedule aside), None for a record without one."""
+    if not config.get("arch"):
+        return None
+    from ..train.loop import TrainConfig
+    skip = ("eval_every", "device", "seed")
+    today = TrainConfig(arch=config["arch"], size=config.get("size", "tiny")).to_dict()
+    return all(config.get(k) == v for k, v in today.items() if k not in skip)
 
 
 def count_parameters(model) -> int:
