@@ -123,3 +123,20 @@ def test_presses_apply_to_dense_heads_only():
     assert Q.applies(M("v41"), Q.format_settings(["nvfp4"])[0])
     with pytest.raises(KvlabError):
         Q.sweep({}, [], [128], None, 1, 1, 32, halfwidth=0.7)
+
+
+def test_fewest_bytes_for_a_target_by_hand():
+    """Per model and method, the cheapest budget whose accuracy reaches the target; None when none does."""
+    def row(setting, acc, held, context=1024):
+        return Q.Row(perplexity=2.0, accuracy=acc, held_bytes=held * 2, predicted_bytes=held * 2, matches=True,
+                     bytes_per_token=None, right=round(acc * 64), answers=64, sample_held_bytes=held, model="m",
+                     setting=setting, kind="kvlab", context=context)
+    rows = [row("bf16", 0.95, 1000), row("snapkv keep 1/8", 0.5, 150), row("snapkv keep 1/4", 0.92, 260),
+            row("snapkv keep 1/2", 0.97, 510), row("window=1/4", 0.2, 250), row("int4 (KIVI, r=32)", 0.91, 330),
+            row("snapkv keep 1/8", 1.0, 10, context=2048)]
+    need = Q.fewest_bytes(rows, 0.9, 1024)
+    assert need["m", "snapkv"].setting == "snapkv keep 1/4"  # 1/8 misses, 1/2 holds more
+    assert need["m", "window"] is None and need["m", "int4"].sample_held_bytes == 330
+    assert need["m", "bf16"].setting == "bf16"
+    assert [Q.family(x) for x in ("snapkv keep 1/4", "window=1/8", "hca=8,window=1/16", "int4 (KIVI, r=32)", "nvfp4")] \
+        == ["snapkv", "window", "hca", "int4", "nvfp4"]
