@@ -67,7 +67,6 @@ def test_a_batch_scores_each_row_as_a_pass_of_its_own(dense):
 @pytest.mark.parametrize("setting", ["window:1/4", "snapkv keep 1/4", "streaming_llm keep 40", "nvfp4"])
 def test_settings_hold_what_kvlab_predicts(dense, setting):
     (model, encode), = dense.values()
-    p = Q.QualityParams
     s = (Q.press_settings([setting]) if "keep" in setting else
          Q.mechanism_settings([setting]) if "window" in setting else Q.format_settings([setting]))[0]
     win = text_windows(encode, 160, 2, 1)
@@ -77,7 +76,6 @@ def test_settings_hold_what_kvlab_predicts(dense, setting):
     assert m.sample_held_bytes <= 160 * 1024
     if "keep" in setting:  # the press holds its budget of each sample's context, not the whole sample
         assert m.sample_held_bytes < 160 * 1024 * 0.7
-    del p
 
 
 def test_samples_sized_by_the_interval(dense):

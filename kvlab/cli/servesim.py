@@ -29,16 +29,15 @@ def _trace_and_config(args, replicas: int):
                  max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len)
     if args.open_loop:
         sched["closed_loop"] = False
-    tiers = dict(kv_format=args.kv_format, hbm_gb=args.hbm_gb, dram_gb=args.dram_gb, ssd_gb=args.ssd_gb,
-                 ttl_s=math.inf if args.ttl_s is None else args.ttl_s)
     cfg = deployment_config(args.model, args.gpu, tr, engine=args.engine, tp=args.tp, pp=args.pp,
-                            replicas=replicas, **tiers, **sched)
-    return tr, cfg, tiers, sched
+                            replicas=replicas, kv_format=args.kv_format, hbm_gb=args.hbm_gb, dram_gb=args.dram_gb,
+                            ssd_gb=args.ssd_gb, ttl_s=math.inf if args.ttl_s is None else args.ttl_s, **sched)
+    return tr, cfg
 
 
 def cmd_serve_sim(args) -> int:
     from ..serving.simulator import simulate_serving
-    tr, cfg, _, _ = _trace_and_config(args, args.replicas)
+    tr, cfg = _trace_and_config(args, args.replicas)
     model = _step_model(args)
     slo = {k: v for k, v in (("ttft_s", args.slo_ttft_s), ("tpot_s", args.slo_tpot_s)) if v is not None}
     r = simulate_serving(tr, cfg, model, slo)
@@ -64,12 +63,11 @@ def cmd_serve_sim(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from ..serving.plan import parse_slo, plan_trace
+    from ..serving.plan import parse_slo, plan_config
     slo = parse_slo(args.slo)
-    tr, cfg, tiers, sched = _trace_and_config(args, 1)
+    tr, cfg = _trace_and_config(args, 1)
     model = _step_model(args)
-    p = plan_trace(tr, args.model, args.gpu, slo, step_model=model, engine=args.engine, tp=args.tp, pp=args.pp,
-                   max_replicas=args.max_replicas, **tiers, **sched)
+    p = plan_config(tr, cfg, slo, step_model=model, max_replicas=args.max_replicas)
     out = {"trace": tr.name, "model": args.model, "gpu": args.gpu, "engine": args.engine, "tp": args.tp,
            "pp": args.pp, "kv_format": args.kv_format, "router": args.router, "pool_tokens": cfg.pool_tokens,
            "step_time": getattr(model, "name", args.step_time), **p.to_dict()}

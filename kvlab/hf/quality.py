@@ -327,9 +327,10 @@ def question_start(sample, encode) -> int:
 
 
 def _halfwidth(right: int, n: int) -> float:
-    from ..stats import wilson
-    lo, hi = wilson(right, n)
-    return max(right / n - lo, hi - right / n)
+    """The wider side of an accuracy's Wilson 95% interval."""
+    from ..stats import accuracy_interval
+    iv = accuracy_interval(right, n)
+    return max(iv.value - iv.low, iv.high - iv.value)
 
 
 def score_samples(run, samples: list, encode, batch: int) -> tuple[int, int, list, list, list]:

@@ -132,16 +132,23 @@ def fewest_replicas(run, slo: dict, gpus_per_replica: int = 1, start: int = 1,
                 {r: meets(s, slo) for r, s in seen.items()})
 
 
-def plan_trace(trace, model: str, gpu: str, slo: dict, *, step_model, engine: str = "vllm", tp: int = 1, pp: int = 1,
-               kv_format=None, hbm_gb=None, dram_gb: float = 0.0, ssd_gb: float = 0.0, ttl_s: float = math.inf,
-               max_replicas: int = MAX_REPLICAS, **scheduler) -> Plan:
-    """The fewest replicas of (model, gpu, engine, TP x PP, kv_format, tiers) meeting `slo` on `trace`."""
-    from .simulator import deployment_config, simulate_serving
-    base = deployment_config(model, gpu, trace, engine=engine, tp=tp, pp=pp, replicas=1, kv_format=kv_format,
-                             hbm_gb=hbm_gb, dram_gb=dram_gb, ssd_gb=ssd_gb, ttl_s=ttl_s, **scheduler)
+def plan_config(trace, base, slo: dict, *, step_model, max_replicas: int = MAX_REPLICAS) -> Plan:
+    """The fewest replicas of the deployment `base` (a one-replica ServeConfig) meeting `slo` on `trace`."""
     from dataclasses import replace
+
+    from .simulator import simulate_serving
     goodput = {k: v for k, v in (("ttft_s", slo.get("ttft_p99")), ("tpot_s", slo.get("tpot_p99"))) if v}
 
     def run(r: int) -> dict:
         return simulate_serving(trace, replace(base, replicas=r), step_model, goodput).summary()
     return fewest_replicas(run, slo, base.gpus_per_replica, max_replicas=max_replicas)
+
+
+def plan_trace(trace, model: str, gpu: str, slo: dict, *, step_model, engine: str = "vllm", tp: int = 1, pp: int = 1,
+               kv_format=None, hbm_gb=None, dram_gb: float = 0.0, ssd_gb: float = 0.0, ttl_s: float = math.inf,
+               max_replicas: int = MAX_REPLICAS, **scheduler) -> Plan:
+    """The fewest replicas of (model, gpu, engine, TP x PP, kv_format, tiers) meeting `slo` on `trace`."""
+    from .simulator import deployment_config
+    base = deployment_config(model, gpu, trace, engine=engine, tp=tp, pp=pp, replicas=1, kv_format=kv_format,
+                             hbm_gb=hbm_gb, dram_gb=dram_gb, ssd_gb=ssd_gb, ttl_s=ttl_s, **scheduler)
+    return plan_config(trace, base, slo, step_model=step_model, max_replicas=max_replicas)

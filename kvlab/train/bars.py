@@ -79,12 +79,12 @@ def check(path: str, samples: int = 48, depth_samples: int = 8, copy_strings: in
     (name, (model, encode)), = loaded.items()
     bf16 = format_settings(["bf16"], 0, torch.bfloat16)[0]
     text = text_windows(encode, length, windows, seed)
+    text_only = measure(model, bf16, text, None, seed, encode, chunk)
+    loss = sum(text_only.window_nll) / sum(text_only.window_tokens)
     out = {}
-    loss = None
-    for t in tasks:
-        m = measure(model, bf16, text, t, seed, encode, chunk, samples)
+    for t in tasks:  # the text windows once above; here one window a task (measure always scores some text)
+        m = measure(model, bf16, text[:1], t, seed, encode, chunk, samples)
         out[t] = (m.right, m.answers)
-        loss = sum(m.window_nll) / sum(m.window_tokens)
     depths = []
     if depth_samples:
         cells = depth_grid(loaded, [bf16], "niah", [length], decile_depths(), depth_samples, chunk, seed)
