@@ -78,7 +78,7 @@ notebooks: setup
 
 # Retrain the small committed checkpoints (data/checkpoints/<name>/) from scratch, one thread each (the reference
 # run is bit-reproducible on one machine): measured 41 min dense (2,444 s), 81 min MLA (4,870 s, beside another run),
-# the V4.1-like stack about 1.6 h plus evaluations (1-3 s a step): some 4 h in all on 2 cores (docs/training-notes.md).
+# the V4.1-like stack 1.9 h (6,825 s; 1-3 s a step): 3.9 h in all, one after another (docs/training-notes.md).
 train: setup
 	$(BIN)/kvlab train all --threads 1 --quiet
 

@@ -1,3 +1,3 @@
 """Which committed checkpoints are not yet on today's training recipe (docs/training-notes.md), shared by the tests
 that hold the checkpoints to it: each is a strict xfail there, so retraining it fails until it leaves this list."""
-AWAITING_RETRAIN = {"kvlab-v41-tiny": "the V4.1-like stack takes about 2 h at one thread; not yet run to the end"}
+AWAITING_RETRAIN: dict[str, str] = {}  # checkpoint -> why it is not retrained yet

@@ -63,7 +63,7 @@ class QualityParams(NotebookParams):
     decode_steps: int  # decode steps timed per peer pair
     decode_rounds: int  # interleaved timing rounds
     seed: int  # seed of windows and samples
-    threads: int  # torch CPU threads
+    threads: int  # torch CPU threads (0: leave torch's default)
     full: bool  # the complete grid (FULL): every format, budget, press and model, 385 samples a cell
     paths: list = field(init=False)  # models (and the V4.1-like one) resolved to directories (or Hub ids)
     dtype: torch.dtype = field(init=False)  # compute_dtype as a torch dtype
@@ -93,8 +93,9 @@ class QualityParams(NotebookParams):
         self.need_choice("task", TASKS)
         self.need_int("residual", 0)
         self.need_int("depth_samples", 0)
-        for k in ("samples", "windows", "chunk", "batch", "decode_steps", "decode_rounds", "threads"):
+        for k in ("samples", "windows", "chunk", "batch", "decode_steps", "decode_rounds"):
             self.need_int(k, 1)
+        self.need_int("threads", 0)
         self.need_int("seed", 0)
         self.need_choice("compute_dtype", COMPUTE_DTYPES)
         self.dtype = getattr(torch, self.compute_dtype)

@@ -2,8 +2,9 @@
 
 A model "retrieves" when, computing in BF16 through a BF16 kvlab cache (the V4.1-like model: its Stack with BF16
 stores) at `length` tokens: its copy probe (kvlab.train.probe: strings at random offsets and lengths inside text)
-gains at least 4 nats/byte with at least 0.9 of the copied bytes right; needle-in-a-haystack (niah) and two-letter-key
-recall reach 0.9, niah at every depth decile; and its held-out text loss stays at or under 2.0 nats/byte.
+gains at least 4 nats/byte with at least 0.9 of the copied bytes right; needle-in-a-haystack (niah) reaches 0.9, at
+every depth decile too, and so does at least one more retrieval task (two-letter-key recall, MQAR or variable tracking:
+issue 20 asks for two tasks, one of them niah); and its held-out text loss stays at or under 2.0 nats/byte.
 
 `check` measures these on a few dozen seeded samples, each accuracy with its Wilson 95% interval; `Check.meets`
 says which bars the measurement is consistent with: an accuracy meets its bar when its interval reaches it (so a
@@ -19,8 +20,10 @@ from ..checks import need_int
 
 COPY_GAIN = 4.0  # nats/byte the second copy of a string must be easier than the first
 COPY_ACCURACY = 0.9  # share of the second copy's bytes predicted exactly
-TASK_ACCURACY = 0.9  # niah and recall, and niah at every depth decile
-TASKS = ("niah", "recall")  # the retrieval tasks held to TASK_ACCURACY (mqar, vartrack: reported)
+TASK_ACCURACY = 0.9  # niah, niah at every depth decile, and at least one of SECOND
+NEEDLE = "niah"  # the retrieval task every checkpoint must answer, at every depth
+SECOND = ("recall", "mqar", "vartrack")  # at least one of these must reach TASK_ACCURACY too; all are reported
+TASKS = (NEEDLE,) + SECOND  # every task a check measures
 HELDOUT_LOSS = 2.0  # nats/byte: no worse than the checkpoints before retraining (1.94-2.00)
 LENGTH = 1024  # tokens: the default evaluation length
 
@@ -50,7 +53,11 @@ class Check:
         out = {"copy_gain": self.copy_gain >= COPY_GAIN,
                "copy_accuracy": self.interval(copy_right, self.copy_bytes)[1] >= COPY_ACCURACY,
                "heldout_loss": self.heldout_loss <= HELDOUT_LOSS}
-        out.update({t: hi(self.tasks[t]) for t in TASKS if t in self.tasks})
+        if NEEDLE in self.tasks:
+            out[NEEDLE] = hi(self.tasks[NEEDLE])
+        second = [t for t in SECOND if t in self.tasks]
+        if second:
+            out["second_task"] = any(hi(self.tasks[t]) for t in second)
         if self.depths:
             out["niah_every_decile"] = all(hi(d) for d in self.depths)
         return out
@@ -66,7 +73,7 @@ class Check:
 
 
 def check(path: str, samples: int = 48, depth_samples: int = 8, copy_strings: int = 16, windows: int = 8,
-          length: int = LENGTH, seed: int = 20_20, tasks=TASKS + ("mqar", "vartrack"), chunk: int = 256) -> Check:
+          length: int = LENGTH, seed: int = 20_20, tasks=TASKS, chunk: int = 256) -> Check:
     """The bars' figures for the checkpoint at `path` (BF16 weights, BF16 kvlab cache), on seeded samples apart
     from training's and from notebook 08's."""
     from ..hf.quality import decile_depths, depth_grid, format_settings, load_models, measure
