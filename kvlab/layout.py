@@ -26,10 +26,14 @@ and per-layer overrides -- what `kvlab.hf`'s transformers cache stores, predicte
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from fractions import Fraction
 
 import math
+
+import numpy as np
 
 from .checks import cdiv, need_choice, need_int
 from .errors import ParameterError
@@ -57,6 +61,15 @@ WINDOW_RULES = {  # implementation -> (tokens held beyond W - 1, source)
     "trtllm": (1, "TensorRT-LLM KvCacheConfig.max_attention_window = sliding_window: a rolling buffer of W tokens "
                   "per sequence (examples/llama/README.md, Mistral: 'rolling buffer cache')"),
 }
+
+
+def _min(a, b):
+    """min for ints, elementwise for int arrays (so one formula prices one context or many)."""
+    return np.minimum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else min(a, b)
+
+
+def _max(a, b):
+    return np.maximum(a, b) if isinstance(a, np.ndarray) or isinstance(b, np.ndarray) else max(a, b)
 
 
 def window_held(window: int | None) -> int | None:
@@ -124,8 +137,8 @@ class Residual:
     block: int = 1  # tokens quantized together (a multiple of a KIVI key group's G)
 
     def quantized(self, tokens: int) -> int:
-        """Tokens in the quantized store after `tokens` tokens."""
-        return max(tokens - self.tokens, 0) // self.block * self.block
+        """Tokens in the quantized store after `tokens` tokens (an int, or an int array elementwise)."""
+        return _max(tokens - self.tokens, 0) // self.block * self.block
 
     @property
     def max_pending(self) -> int:
@@ -187,21 +200,23 @@ class Component:
         return Fraction(self.entry_bytes, self.tokens_per_entry * self.interleave) if self.grows else Fraction(0)
 
     def held_tokens(self, tokens: int) -> int:
-        """Tokens whose state this component holds after `tokens` tokens (window and residual split applied)."""
-        held = tokens if self.window is None else min(tokens, self.window)
+        """Tokens whose state this component holds after `tokens` tokens (window and residual split applied; an
+        int, or an int array elementwise)."""
+        held = tokens if self.window is None else _min(tokens, self.window)
         if self.residual is not None:
-            waiting = min(tokens - self.residual.quantized(tokens), held)
+            waiting = _min(tokens - self.residual.quantized(tokens), held)
             held = waiting if self.pending else held - waiting
         return held
 
     def entries(self, tokens: int) -> int:
         """Entries held after `tokens` tokens (a partly filled compressed entry counts: ceil, unless `partial`
         is False; a tail holds the T mod m tokens not yet closed into an entry; a state is one entry once a
-        token was seen; with entries interleaved over n ranks, the first rank's share: ceil(entries / n))."""
+        token was seen; with entries interleaved over n ranks, the first rank's share: ceil(entries / n)). An int,
+        or an int array elementwise."""
         if self.tail_of is not None:
             return tokens % self.ratio
         if self.state:
-            return 1 if tokens else 0
+            return (tokens > 0) * 1 if isinstance(tokens, np.ndarray) else (1 if tokens else 0)
         held = self.held_tokens(tokens)
         per = self.tokens_per_entry * self.interleave
         return cdiv(held, per) if self.partial else held // per
@@ -339,17 +354,44 @@ class Layout:
         """Fixed-size per-sequence state (linear-attention / SSM layers), part of `bounded_bytes`."""
         return sum(c.entry_bytes for _, c in self.components(False) if c.state)
 
+    @cached_property
+    def distinct(self) -> tuple[tuple[Component, int], ...]:
+        """Each distinct component with the number of layers that hold it (sessions are priced per kind: a
+        43-layer V4 stack has 7 kinds, so the serving roofline can price thousands of contexts a step)."""
+        return tuple(Counter(c for _, c in self.components()).items())
+
     def tensor_bytes_at(self, tokens: int) -> int:
         """Per-tensor scales held after `tokens` tokens: a component's set exists once it holds an entry."""
-        return sum(c.entry.tensor_bytes for _, c in self.components() if c.entries(tokens))
+        return sum(k * c.entry.tensor_bytes for c, k in self.distinct if c.entries(tokens))
+
+    def totals(self, tokens) -> np.ndarray:
+        """[N] SessionBytes.total of one session at each context length in `tokens` (ints >= 1), in one pass: the
+        serving roofline reads every decode request's cache each step."""
+        t = np.asarray(tokens, dtype=np.int64)  # [N]
+        if t.size and int(t.min()) < 1:
+            raise ParameterError(f"context lengths must be at least 1 token, got {int(t.min())}")
+        out = np.zeros(t.shape, np.int64)
+        for c, entry_bytes, tensor_bytes in self._priced:
+            n = c.entries(t)  # [N]
+            out += entry_bytes * n + tensor_bytes * (n > 0)
+        return out
+
+    @cached_property
+    def _priced(self) -> tuple[tuple[Component, int, int], ...]:
+        """(component, its entry bytes, its per-tensor scale bytes) over all the layers holding it."""
+        return tuple((c, k * c.entry_bytes, k * c.entry.tensor_bytes) for c, k in self.distinct)
 
     def session(self, tokens: int, batch: int = 1) -> SessionBytes:
         """Exact bytes after `tokens` tokens: growing entries (ceil per compressed entry) + bounded state.
         `batch` sequences of that length in one cache share its per-tensor scales."""
         tokens = check_tokens(tokens)
         batch = need_int("batch", batch, 1)
-        grow = sum(c.bytes_at(tokens) for _, c in self.components(True))
-        bound = sum(c.bytes_at(tokens) for _, c in self.components(False))
+        grow = bound = 0
+        for c, k in self.distinct:
+            if c.grows:
+                grow += k * c.bytes_at(tokens)
+            else:
+                bound += k * c.bytes_at(tokens)
         return SessionBytes(tokens, batch * grow, batch * bound + self.tensor_bytes_at(tokens))
 
     @property

@@ -20,9 +20,12 @@ how the pool is scored and which layers it bounds is not in the public config:
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
-from ..checks import cdiv, need_choice, need_int, need_list
+import numpy as np
+
+from ..checks import need_choice, need_int, need_list
 from ..models import ModelSpec, load_model
 from .checks import SelectionError
 from .sharing import model_plan
@@ -72,49 +75,80 @@ def weight_flops(spec: ModelSpec) -> float:
     return 2.0 * (spec.num_layers * per_layer + indexed * idx_q + h * _c(spec, "vocab_size"))
 
 
+class DecodeCounter:
+    """decode_flops for one model, baseline and cap scenario with its layer plan and weight FLOPs worked out once;
+    `context_flops` prices many context lengths in one call (the serving roofline prices thousands a step)."""
+
+    def __init__(self, model: str | ModelSpec, dense: bool = False, cap: str = "blocks"):
+        self.spec = spec = load_model(model)
+        if cap not in CAPS:
+            raise SelectionError(f"unknown cap scenario {cap!r}; choose one of {', '.join(CAPS)}")
+        self.dense, self.cap = dense, cap
+        self.plan = model_plan(spec)  # one LayerPlan per layer
+        self.weights = weight_flops(spec)  # FLOPs a token spends outside attention, indexer and compression
+        self.per_key = 4 * spec.num_heads * spec.head_dim  # attention FLOPs per key attended
+        self.score = 2 * spec.index_n_heads * spec.index_head_dim + 2 * spec.index_n_heads  # one entry scored
+        self.cap_n = (spec.candidate_blocks or 0) * (spec.candidate_block_size or 0) or None  # pool size
+        self.cand_src = _c(spec, "candidate_source_layer_id", None)
+        h, D, di = spec.hidden_size, spec.head_dim, spec.index_head_dim
+        # layers that count alike, with how many there are: (ratio, reads top-k entries, runs a capped indexer,
+        # runs an uncapped one) -> layers
+        self.kinds = Counter()
+        for p in self.plan:
+            capped = (p.indexed and self.cap_n is not None and cap != "none"
+                      and (cap != "decoder" or p.index >= self.cand_src))
+            self.kinds[p.ratio, p.indexed or p.mode == "reuse", capped, p.indexed and not capped] += 1
+        self.compression = 0.0  # per token, whatever the context: the storing layers' compressor projections
+        for p in ([] if dense else self.plan):
+            if p.ratio and p.stores:
+                width = 2 * D if p.indexed else D  # CSA-style overlap doubles the projections
+                self.compression += 2 * 2 * h * width + 3 * 2 * width  # kv + gate projections, pooling amortised
+                if p.indexed:
+                    self.compression += 2 * 2 * h * 2 * di + 3 * 2 * 2 * di
+
+    def parts(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(attention, indexer) FLOPs of one decode token at each context length in `tokens` ([N] ints >= 1)."""
+        t = np.asarray(tokens, dtype=np.int64)  # [N]
+        if self.dense:
+            return (len(self.plan) * self.per_key * t).astype(float), np.zeros(t.shape)
+        s = self.spec
+        topk, W, cap_n, cap = s.index_topk, s.sliding_window, self.cap_n, self.cap
+        keys = np.zeros(t.shape, np.int64)  # [N] keys attended, summed over layers
+        idx = np.zeros(t.shape, np.int64)  # [N] entries scored, summed over layers
+        for (ratio, selects, capped, uncapped), count in self.kinds.items():
+            keys += count * np.minimum(W, t)
+            if ratio:
+                n = t // ratio  # complete compressed entries
+                keys += count * (np.minimum(topk, n) if selects else n)  # HCA: every entry
+                if capped:
+                    idx += count * np.minimum(n, cap_n)
+                elif uncapped:
+                    idx += count * n
+        if cap_n is not None and cap != "none" and self.cand_src is not None:  # choosing the pool, once per token
+            n = t // self.plan[self.cand_src].ratio
+            idx += -(-n // s.candidate_block_size) if cap == "blocks" else n
+        return (self.per_key * keys).astype(float), (self.score * idx).astype(float)
+
+    def context_flops(self, tokens) -> np.ndarray:
+        """[N] the part of each decode token's FLOPs that depends on the cache (DecodeFlops.context)."""
+        a, i = self.parts(tokens)
+        return a + i + self.compression
+
+    def at(self, tokens: int) -> DecodeFlops:
+        tokens = need_int("tokens", tokens, 1, error=SelectionError)
+        a, i = self.parts(np.array([tokens]))
+        return DecodeFlops(tokens, float(a[0]), float(i[0]), self.compression, self.weights)
+
+
 def decode_flops(model: str | ModelSpec, tokens: int, dense: bool = False, cap: str = "blocks") -> DecodeFlops:
     """FLOPs of decoding one token after `tokens` tokens of context.
 
     dense=True: the same model attending to every token's uncompressed entry on every layer (no window,
     compression or indexer): the full-cache baseline."""
-    spec = load_model(model)
     if cap not in CAPS:
         raise SelectionError(f"unknown cap scenario {cap!r}; choose one of {', '.join(CAPS)}")
-    tokens = need_int("tokens", tokens, 1, error=SelectionError)
-    plan = model_plan(spec)
-    H, D, h = spec.num_heads, spec.head_dim, spec.hidden_size
-    hi, di, W = spec.index_n_heads, spec.index_head_dim, spec.sliding_window
-    per_key = 4 * H * D
-    score = 2 * hi * di + 2 * hi  # one entry scored by the indexer
-    wts = weight_flops(spec)
-    if dense:
-        return DecodeFlops(tokens, len(plan) * per_key * tokens, 0.0, 0.0, wts)
-    topk = spec.index_topk
-    cap_n = (spec.candidate_blocks or 0) * (spec.candidate_block_size or 0) or None
-    cand_src = _c(spec, "candidate_source_layer_id", None)
-    attn = idx = comp = 0.0
-    for p in plan:
-        keys = min(W, tokens)
-        if p.ratio:
-            n = tokens // p.ratio  # complete compressed entries
-            if p.indexed or p.mode == "reuse":
-                keys += min(topk, n)
-            else:  # HCA: every entry
-                keys += n
-            if p.indexed:
-                capped = cap_n is not None and cap != "none" and (cap != "decoder" or p.index >= cand_src)
-                idx += score * (min(n, cap_n) if capped else n)
-            if p.stores:
-                width = 2 * D if p.indexed else D  # CSA-style overlap doubles the projections
-                comp += 2 * 2 * h * width + 3 * 2 * width  # kv + gate projections, pooling amortised
-                if p.indexed:
-                    comp += 2 * 2 * h * 2 * di + 3 * 2 * 2 * di
-        attn += per_key * keys
-    if cap_n is not None and cap != "none" and cand_src is not None:  # choosing the pool, once per token
-        src = plan[cand_src]
-        n = tokens // src.ratio
-        idx += score * (cdiv(n, spec.candidate_block_size) if cap == "blocks" else n)
-    return DecodeFlops(tokens, attn, idx, comp, wts)
+    need_int("tokens", tokens, 1, error=SelectionError)
+    return DecodeCounter(model, dense, cap).at(tokens)
 
 
 def growth(model: str | ModelSpec, lo: int = 4096, hi: int = 1 << 20, part: str = "total", **kw) -> float:

@@ -22,6 +22,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+
+from ...attention.flops import DecodeCounter
 from ...checks import need_number
 from ...engines import ENGINES, allocate
 from ...errors import KvlabError, ParameterError
@@ -94,6 +97,8 @@ class Roofline(StepTimeSource):
         self.dtype = "fp8" if isinstance(quant, dict) and quant.get("quant_method") == "fp8" else "bf16"
         self.peak = self.gpu.flops_per_s(self.dtype)  # FLOP/s
         self.why_not_aiconfigurator = None  # set by step_time(source="auto"): why aiconfigurator was not used
+        # DeepSeek V4 / V4.1: kvlab.attention.flops' counts of compressed entries, windows and the indexer
+        self.v4 = DecodeCounter(self.spec) if self.spec.compress_ratios else None
 
     # --- counts -------------------------------------------------------------------------------------------------
     def weight_read_bytes(self, tokens: int) -> float:
@@ -107,8 +112,8 @@ class Roofline(StepTimeSource):
 
     def kv_read_bytes(self, step: Step) -> int:
         """KV bytes this GPU reads: every request's cached context as the layout holds it."""
-        ctx = Counter(step.decode) + Counter(c.cached for c in step.prefill if c.cached)
-        return sum(k * self.alloc.layout.session(n).total for n, k in ctx.items())
+        ctx = list(step.decode) + [c.cached for c in step.prefill if c.cached]
+        return int(self.alloc.layout.totals(np.array(ctx, np.int64)).sum()) if ctx else 0
 
     def active_params(self) -> float:
         if not self.experts:
@@ -116,11 +121,9 @@ class Roofline(StepTimeSource):
         return self.params - self.routed_params * (1 - self.top_k / self.experts)
 
     def _keys_flops(self, keys: float, context: int) -> float:
-        """Attention FLOPs (whole model) of one new token seeing `keys` keys at `context` cached tokens."""
+        """Attention FLOPs (whole model) of one new token seeing `keys` keys at `context` cached tokens (not a
+        DeepSeek V4 / V4.1 layout: those go through `self.v4`)."""
         s = self.spec
-        if s.compress_ratios:  # DeepSeek V4 / V4.1: compressed entries, windows and the indexer
-            from ...attention.flops import decode_flops
-            return decode_flops(s, max(int(context), 1)).context
         width = 2 * (2 * s.kv_lora_rank + (s.qk_rope_head_dim or 0)) if s.kv_lora_rank else 4 * s.head_dim
         layers = [w for w, k in zip(s.layer_windows or [None] * s.num_layers, s.layer_kinds or ["attention"] *
                                     s.num_layers) if k in ("attention", "hybrid")]
@@ -129,6 +132,11 @@ class Roofline(StepTimeSource):
     def flops(self, step: Step) -> float:
         """FLOPs this GPU computes in the step."""
         f = 2 * self.active_params() * step.tokens
+        if self.v4 is not None:  # compressed entries, windows and the indexer, every context in one call
+            at = [n for n in step.decode] + [max(c.cached + c.tokens // 2, 1) for c in step.prefill]
+            per = self.v4.context_flops(np.array(at, np.int64)) if at else np.zeros(0)
+            weight = np.array([1] * len(step.decode) + [c.tokens for c in step.prefill], float)
+            return (f + float(per @ weight)) / self.tp
         for n, k in Counter(step.decode).items():
             f += k * self._keys_flops(n + 1, n)
         for c in step.prefill:  # causal: the chunk's tokens see cached + 1 .. cached + tokens keys
