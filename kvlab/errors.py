@@ -21,6 +21,11 @@ class ParameterError(KvlabError):
     """A bad parameter value (negative token count, unknown layout, ...)."""
 
 
+class NoEngineLayout(ParameterError):
+    """A model family with no published layout for a scheme or engine (V4.1-Flash under vLLM's paging, say):
+    a caller that can count the model's own storage instead may catch this one and say so."""
+
+
 class WrongTypeError(ParameterError, TypeError):
     """An argument of the wrong type (a list where a tensor belongs, a string where a number does); a TypeError
     too, so `except TypeError` still catches it."""

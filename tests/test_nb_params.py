@@ -12,6 +12,7 @@ from kvlab.report.compare import BytesPerTokenParams
 from kvlab.nb.runner import NOTEBOOK_DIR as NOTEBOOKS, declared_parameters
 from kvlab.serving.capacity import SessionsParams
 from kvlab.hf.quality import QualityParams
+from kvlab.serving.study import ServingParams
 
 
 @dataclass
@@ -92,7 +93,7 @@ def test_every_notebook_default_is_accepted():
     """The dataclass and the parameters cell agree: the cell's defaults build it, its names are its fields."""
     for stem, cls in (("06_sessions_per_gpu", SessionsParams), ("07_tiering_on_traces", TieringParams),
                       ("01_kv_bytes_per_token", BytesPerTokenParams),
-                      ("08_quality_on_trained_models", QualityParams)):
+                      ("08_quality_on_trained_models", QualityParams), ("09_gpus_for_an_slo", ServingParams)):
         defaults = notebook_defaults(stem)
         cls.of(defaults)
         assert set(defaults) == {f.name for f in fields(cls) if f.init}, stem

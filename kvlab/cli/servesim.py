@@ -43,7 +43,7 @@ def cmd_serve_sim(args) -> int:
     r = simulate_serving(tr, cfg, model, slo)
     out = {"trace": tr.name, "model": args.model, "gpu": args.gpu, "engine": args.engine, "tp": args.tp,
            "pp": args.pp, "replicas": args.replicas, "router": args.router, "pool_tokens": cfg.pool_tokens,
-           "step_time": getattr(model, "name", args.step_time),
+           "step_time": getattr(model, "name", args.step_time), "layout_note": cfg.layout_note or None,
            "cache_blocks": None if cfg.cache_blocks is None else dict(zip(("hbm", "dram", "ssd"), cfg.cache_blocks)),
            **r.summary()}
     if args.json:
@@ -52,6 +52,8 @@ def cmd_serve_sim(args) -> int:
     f = lambda v, u="s": "-" if v is None else f"{v:.3f} {u}"  # noqa: E731
     print(f"{tr.name}: {out['requests']:,} requests through {args.replicas} x {args.model} on {args.gpu} "
           f"(TP{args.tp} PP{args.pp}, {args.engine}), router {args.router}; pool {cfg.pool_tokens:,} tokens per replica")
+    if cfg.layout_note:
+        print(f"  {cfg.layout_note}")
     print(f"  completed {out['completed']:,}, rejected {out['rejected']:,}, preemptions {out['preemptions']:,}")
     print(f"  TTFT p50 {f(out['ttft_p50_s'])}, p99 {f(out['ttft_p99_s'])}; TPOT p50 {f(out['tpot_p50_s'])}, "
           f"p99 {f(out['tpot_p99_s'])}; queue mean {f(out['queue_mean_s'])}")
@@ -70,11 +72,14 @@ def cmd_plan(args) -> int:
     p = plan_config(tr, cfg, slo, step_model=model, max_replicas=args.max_replicas)
     out = {"trace": tr.name, "model": args.model, "gpu": args.gpu, "engine": args.engine, "tp": args.tp,
            "pp": args.pp, "kv_format": args.kv_format, "router": args.router, "pool_tokens": cfg.pool_tokens,
-           "step_time": getattr(model, "name", args.step_time), **p.to_dict()}
+           "step_time": getattr(model, "name", args.step_time), "layout_note": cfg.layout_note or None,
+           **p.to_dict()}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
     lim = ", ".join(f"{k} <= {v:g} s" for k, v in slo.items())
+    if cfg.layout_note:
+        print(f"  {cfg.layout_note}")
     if p.replicas is None:
         print(f"{tr.name}: {args.model} on {args.gpu} cannot meet {lim}: {p.why_not}")
         return 0

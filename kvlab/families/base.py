@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..engines import Engine, sglang, trtllm
-from ..errors import ConfigError, ParameterError, UnknownFormatError
+from ..errors import ConfigError, NoEngineLayout, ParameterError, UnknownFormatError
 from ..formats import Format, dtype_format, get_format
 from ..layout import Entry, KVPlan, Part, Shard
 from ..models import ModelSpec, cfg_int
@@ -105,7 +105,7 @@ class Family:
             return Entry((Part(role, sum(dims.values()), fmt or get_format("bf16")),))
         recipe = self.recipes.get(scheme)
         if recipe is None:
-            raise ParameterError(f"{spec.name}: no published {scheme!r} layout for a {self.name} model "
+            raise NoEngineLayout(f"{spec.name}: no published {scheme!r} layout for a {self.name} model "
                                  f"({self.description}); use one of: "
                                  f"{', '.join(s for s in SCHEMES if s in self.recipes or s == 'bf16')}")
         parts = []
@@ -137,10 +137,10 @@ class Family:
         """The paging rule `name` applies to this family's layout."""
         if name == "vllm":
             if self.vllm is None:
-                raise ParameterError(f"{layout.model.name}: no published vLLM allocation for a {self.name} model "
+                raise NoEngineLayout(f"{layout.model.name}: no published vLLM allocation for a {self.name} model "
                                      f"({self.description})")
             return self.vllm
-        raise ParameterError(f"{layout.model.name}: kvlab has no published {name} layout for a {self.name} model "
+        raise NoEngineLayout(f"{layout.model.name}: kvlab has no published {name} layout for a {self.name} model "
                              f"({self.description}); {name} is modelled for dense and MLA models "
                              f"(--engine vllm covers this family)")
 

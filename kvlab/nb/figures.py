@@ -72,6 +72,11 @@ FIGURES = [
            lambda r: "mean accuracy at 1,024 tokens " + ", ".join(
                f"{k.split('|')[1]} {v:.2f}" for k, v in r["heatmap_mean_accuracy"].items()
                if k.endswith("|1024")) + f" ({r['heatmap_samples_per_cell']} samples a cell)"),
+    Figure("gpus-needed", "09", "GPUs meeting",
+           "The fewest GPUs meeting a TTFT / TPOT target on the synthetic agent trace at 16 x its users, per model "
+           "and KV format, from kvlab's serving simulator on roofline step times (an estimate; a lower bound for the "
+           "MoE models, whose weights need TP 4 on an H200)",
+           lambda r: ", ".join(f"{k} {v}" for k, v in r["gpus_needed"].items() if v is not None)),
     Figure("sessions-per-gpu", "06", "sessions per GPU (log)",
            "Sessions that fit on one GPU per model, GPU and session length, weights and bounded state counted",
            lambda r: "at 1M tokens an H200 holds " + ", ".join(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..checks import need_choice, need_int, need_number, need_type
-from ..errors import ParameterError
+from ..errors import NoEngineLayout, ParameterError
 from ..sim.traces import Trace, access_tokens
 from .prefixcache import TierCache
 from .replica import Replica, cdiv
@@ -46,6 +46,7 @@ class ServeConfig:
     ttl_s: float = math.inf  # host-tier copies expire this long after last use
     gpus_per_replica: int = 1  # GPUs of one replica (TP x PP), for GPU-seconds
     closed_loop: bool | None = None  # sessions wait for their previous turn; None: when the trace has sessions
+    layout_note: str = ""  # how the KV pool was counted, when not by the engine's own layout (deployment_config)
 
     def __post_init__(self):
         need_int("replicas", self.replicas, 1)
@@ -294,14 +295,25 @@ def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", 
     """A ServeConfig for `replicas` copies of `model` on `gpu` under TP x PP: the KV pool of one replica is
     kvlab.serving.capacity.plan's usable KV bytes over its per-GPU bytes per token (the engine's paging and memory
     rule); the prefix cache holds `hbm_gb` (default: the pool's bytes over the replica's GPUs) plus the DRAM / SSD budgets, in trace
-    blocks, with the GPU's bandwidths (kvlab.sim.tiering.make_tiers). `scheduler`: other ServeConfig fields."""
+    blocks, with the GPU's bandwidths (kvlab.sim.tiering.make_tiers). `scheduler`: other ServeConfig fields.
+    A model the engine has no published layout for (V4.1-Flash under vLLM) is counted as the model stores it,
+    under vLLM's memory rule, and `layout_note` says so (as the roofline's step times do)."""
     from .capacity import plan
     from .hardware import get_gpu
     from .parallel import Parallelism
     from ..sim.tiering import make_tiers
     par = Parallelism(tp=need_int("tp", tp, 1), pp=need_int("pp", pp, 1))
-    cap = plan(model, gpu, 1, parallel=par, engine=engine, kv_format=kv_format, utilization=utilization,
-               activation_gb=activation_gb)
+    note = ""
+    try:
+        cap = plan(model, gpu, 1, parallel=par, engine=engine, kv_format=kv_format, utilization=utilization,
+                   activation_gb=activation_gb)
+    except NoEngineLayout as e:
+        if engine is None:
+            raise
+        note = f"KV pool counted as the model stores it, under vLLM's memory rule ({str(e).split(';')[0]})"
+        engine = None
+        cap = plan(model, gpu, 1, parallel=par, engine=None, kv_format=kv_format, utilization=utilization,
+                   activation_gb=activation_gb)
     per_token = float(cap.session.bytes_per_token)
     pool = int(cap.usable_kv_bytes // per_token) if per_token > 0 else 1
     if pool < 1:
@@ -315,4 +327,4 @@ def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", 
     return ServeConfig(replicas=need_int("replicas", replicas, 1), pool_tokens=pool, page_tokens=page,
                        cache_blocks=tiers.capacity_blocks if trace.has_prefixes else None,
                        block_bytes=tiers.block_bytes, read_bytes_per_s=tiers.read_bytes_per_s, ttl_s=ttl_s,
-                       gpus_per_replica=par.gpus, **scheduler)
+                       gpus_per_replica=par.gpus, layout_note=note, **scheduler)

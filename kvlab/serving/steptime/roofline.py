@@ -20,6 +20,7 @@ at TP 4 (communication not modelled), and far low for MoE models at TP 4-8 (a lo
 """
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import numpy as np
@@ -99,6 +100,7 @@ class Roofline(StepTimeSource):
         self.why_not_aiconfigurator = None  # set by step_time(source="auto"): why aiconfigurator was not used
         # DeepSeek V4 / V4.1: kvlab.attention.flops' counts of compressed entries, windows and the indexer
         self.v4 = DecodeCounter(self.spec) if self.spec.compress_ratios else None
+        self._windows = None  # other layouts: attention layers per window, on first use (_keys_flops)
 
     # --- counts -------------------------------------------------------------------------------------------------
     def weight_read_bytes(self, tokens: int) -> float:
@@ -120,28 +122,32 @@ class Roofline(StepTimeSource):
             return self.params
         return self.params - self.routed_params * (1 - self.top_k / self.experts)
 
-    def _keys_flops(self, keys: float, context: int) -> float:
-        """Attention FLOPs (whole model) of one new token seeing `keys` keys at `context` cached tokens (not a
-        DeepSeek V4 / V4.1 layout: those go through `self.v4`)."""
-        s = self.spec
-        width = 2 * (2 * s.kv_lora_rank + (s.qk_rope_head_dim or 0)) if s.kv_lora_rank else 4 * s.head_dim
-        layers = [w for w, k in zip(s.layer_windows or [None] * s.num_layers, s.layer_kinds or ["attention"] *
-                                    s.num_layers) if k in ("attention", "hybrid")]
-        return sum(width * s.num_heads * (min(keys, w) if w else keys) for w in layers)
+    def _keys_flops(self, keys: np.ndarray) -> np.ndarray:
+        """[N] attention FLOPs (whole model) of one new token seeing each of `keys` keys ([N]; not a DeepSeek V4 /
+        V4.1 layout: those go through `self.v4`). Layers are grouped by window, worked out once."""
+        if self._windows is None:
+            s = self.spec
+            width = 2 * (2 * s.kv_lora_rank + (s.qk_rope_head_dim or 0)) if s.kv_lora_rank else 4 * s.head_dim
+            self._per_key = width * s.num_heads  # FLOPs per key per attention layer
+            self._windows = Counter(w for w, k in zip(s.layer_windows or [None] * s.num_layers,
+                                                      s.layer_kinds or ["attention"] * s.num_layers)
+                                    if k in ("attention", "hybrid"))  # window (None: full) -> layers
+        out = np.zeros(keys.shape)
+        for w, n in self._windows.items():
+            out += n * (np.minimum(keys, w) if w else keys)
+        return self._per_key * out
 
     def flops(self, step: Step) -> float:
-        """FLOPs this GPU computes in the step."""
+        """FLOPs this GPU computes in the step: every decode request and prefill chunk priced in one call."""
         f = 2 * self.active_params() * step.tokens
-        if self.v4 is not None:  # compressed entries, windows and the indexer, every context in one call
-            at = [n for n in step.decode] + [max(c.cached + c.tokens // 2, 1) for c in step.prefill]
-            per = self.v4.context_flops(np.array(at, np.int64)) if at else np.zeros(0)
-            weight = np.array([1] * len(step.decode) + [c.tokens for c in step.prefill], float)
-            return (f + float(per @ weight)) / self.tp
-        for n, k in Counter(step.decode).items():
-            f += k * self._keys_flops(n + 1, n)
-        for c in step.prefill:  # causal: the chunk's tokens see cached + 1 .. cached + tokens keys
-            f += c.tokens * self._keys_flops(c.cached + (c.tokens + 1) / 2, c.cached + c.tokens // 2)
-        return f / self.tp
+        weight = np.array([1] * len(step.decode) + [c.tokens for c in step.prefill], float)  # tokens priced alike
+        if self.v4 is not None:  # compressed entries, windows and the indexer at each context
+            at = list(step.decode) + [max(c.cached + c.tokens // 2, 1) for c in step.prefill]
+            per = self.v4.context_flops(np.array(at, np.int64))
+        else:  # a decode sees its context + 1 keys; a causal chunk's tokens cached + 1 .. cached + tokens
+            keys = [n + 1 for n in step.decode] + [c.cached + (c.tokens + 1) / 2 for c in step.prefill]
+            per = self._keys_flops(np.array(keys, float))
+        return (f + math.fsum(per * weight)) / self.tp  # fsum: the same total on every CPU (a BLAS dot is not)
 
     def time(self, step: Step) -> StepTime:
         wb, kv, fl = self.weight_read_bytes(step.tokens), self.kv_read_bytes(step), self.flops(step)

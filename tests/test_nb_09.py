@@ -1,0 +1,22 @@
+"""Notebook 09 through papermill with small parameters; its recorded GPU counts against direct kvlab.serving.study
+runs of the same deployments."""
+from kvlab.serving.plan import parse_slo
+from kvlab.serving.study import Deployment, Study
+from kvlab.sim.traces import load_trace
+from nbutil import run_notebook
+
+
+def test_small_run_matches_the_study(tmp_path):
+    deps = ["qwen3-8b", "qwen3-8b:fp8_e4m3", "deepseek-v4.1-flash@tp4"]
+    r = run_notebook("09", tmp_path, synthetic_sessions=6, deployments=deps, load=24.0, loads=[1, 24], knee=[0],
+                     dram_gbs=[0, 64], max_replicas=16)
+    syn = dict(sessions=6, seed=0, human_pause_median_s=10.0)
+    st = Study(load_trace("synthetic", **syn), "H200", synthetic=syn)
+    slo = parse_slo("ttft_p99=2,tpot_p99=0.05")
+    want = {Deployment.parse(d).label: st.fewest(Deployment.parse(d), slo, 24.0, max_replicas=16).gpus for d in deps}
+    assert r["gpus_needed"] == want
+    assert r["gpus_needed"]["deepseek-v4.1-flash own format TP4"] % 4 == 0  # whole TP4 replicas
+    assert r["trace_requests"] == len(st.trace) and r["requests_at_load"] == len(st.trace_at(24.0))
+    assert all(r["smaller_format_no_more_gpus"].values())
+    assert set(r["tier_hit_rate"]) == {"0", "64"} and r["tier_hit_rate"]["64"] >= r["tier_hit_rate"]["0"]
+    assert set(r["knee_ttft_p99_s"]) == {"qwen3-8b own format|1", "qwen3-8b own format|24"}
