@@ -14,13 +14,11 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
-import numpy as np
-
 from ..checks import need_int, need_number
 from ..errors import KvlabError, ParameterError
 from ..nb.params import NotebookParams
 from ..sim.traces import Trace, load_trace
-from .plan import Plan, fewest_replicas, meets, parse_slo
+from .plan import Plan, fewest_replicas, parse_slo
 from .simulator import ServeResult, deployment_config, simulate_serving
 
 _DEPLOYMENT = re.compile(r"^\s*([^:@\s]+)(?::([^@\s]+))?(?:@tp(\d+))?\s*$")
@@ -235,4 +233,4 @@ class ServingParams(NotebookParams):
         return Study(tr, self.gpu, self.engine, self.step_time, synthetic=self.synthetic)
 
 
-__all__ = ["Deployment", "Study", "ServingParams", "scaled", "meets"]
+__all__ = ["Deployment", "Study", "ServingParams", "scaled", "synthetic_at"]
