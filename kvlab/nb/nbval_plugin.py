@@ -5,6 +5,9 @@
   difference in its own words.
 - A cell whose source starts with TRACE_MARK needs the real request traces (Mooncake), which live outside
   the repository: when they are absent, nbval skips the cell with that reason instead of failing it.
+- Under pytest-xdist the notebook kernels (started with the worker's environment) share the cores with the other
+  workers, so they get one torch thread each unless OMP_NUM_THREADS says otherwise (a notebook whose `threads`
+  parameter is 0 takes torch's default, which would otherwise be one thread per core in every worker).
 """
 from __future__ import annotations
 
@@ -36,7 +39,10 @@ def _patch_nbval() -> None:
 
 
 def pytest_configure(config):
+    import os
     _patch_nbval()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_collection_modifyitems(config, items):
