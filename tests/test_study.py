@@ -113,6 +113,7 @@ def _defaults():
 @pytest.mark.parametrize("bad, match", [
     (dict(deployments=["nosuch-model"]), "parameter deployments"),
     (dict(deployments=["qwen3-8b:fp7"]), "parameter deployments"),
+    (dict(deployments=["deepseek-v4-flash@tp2"]), "parameter deployments: .*no memory left for KV"),
     (dict(slo={"ttft": 2}), "parameter slo"),
     (dict(slo={"ttft_p99": "2"}), "parameter slo"),
     (dict(slo={"ttft_p99": -1.0}), "parameter slo"),

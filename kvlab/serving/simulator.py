@@ -288,6 +288,23 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
                        float(area / span) if span > 0 else 0.0, slo)
 
 
+def replica_capacity(model, gpu, par, engine: str | None, kv_format=None, utilization: float = 0.9,
+                     activation_gb: float = 4.0):
+    """(kvlab.serving.capacity.plan for one replica, the engine whose rule it used, a note): a model the engine
+    has no published layout for is counted as it stores it, under vLLM's memory rule, and the note says so. Refuses
+    a deployment whose weights leave no KV memory (a ParameterError naming it)."""
+    from .capacity import plan
+    try:
+        return plan(model, gpu, 1, parallel=par, engine=engine, kv_format=kv_format, utilization=utilization,
+                    activation_gb=activation_gb), engine, ""
+    except NoEngineLayout as e:
+        if engine is None:
+            raise
+        note = f"KV pool counted as the model stores it, under vLLM's memory rule ({str(e).split(';')[0]})"
+        return plan(model, gpu, 1, parallel=par, engine=None, kv_format=kv_format, utilization=utilization,
+                    activation_gb=activation_gb), None, note
+
+
 def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", tp: int = 1, pp: int = 1,
                       replicas: int = 1, kv_format=None, hbm_gb: float | None = None, dram_gb: float = 0.0,
                       ssd_gb: float = 0.0, ttl_s: float = math.inf, utilization: float = 0.9,
@@ -298,22 +315,11 @@ def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", 
     blocks, with the GPU's bandwidths (kvlab.sim.tiering.make_tiers). `scheduler`: other ServeConfig fields.
     A model the engine has no published layout for (V4.1-Flash under vLLM) is counted as the model stores it,
     under vLLM's memory rule, and `layout_note` says so (as the roofline's step times do)."""
-    from .capacity import plan
     from .hardware import get_gpu
     from .parallel import Parallelism
     from ..sim.tiering import make_tiers
     par = Parallelism(tp=need_int("tp", tp, 1), pp=need_int("pp", pp, 1))
-    note = ""
-    try:
-        cap = plan(model, gpu, 1, parallel=par, engine=engine, kv_format=kv_format, utilization=utilization,
-                   activation_gb=activation_gb)
-    except NoEngineLayout as e:
-        if engine is None:
-            raise
-        note = f"KV pool counted as the model stores it, under vLLM's memory rule ({str(e).split(';')[0]})"
-        engine = None
-        cap = plan(model, gpu, 1, parallel=par, engine=None, kv_format=kv_format, utilization=utilization,
-                   activation_gb=activation_gb)
+    cap, engine, note = replica_capacity(model, gpu, par, engine, kv_format, utilization, activation_gb)
     per_token = float(cap.session.bytes_per_token)
     pool = int(cap.usable_kv_bytes // per_token) if per_token > 0 else 1
     if pool < 1:

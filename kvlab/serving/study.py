@@ -193,6 +193,9 @@ class ServingParams(NotebookParams):
                 if d.kv_format is not None:
                     from ..formats import get_format
                     get_format(d.kv_format)
+                from .parallel import Parallelism
+                from .simulator import replica_capacity  # its weights leave room for KV on this GPU at this TP
+                replica_capacity(d.model, self.gpu, Parallelism(tp=d.tp), self.engine, d.kv_format)
             except KvlabError as e:
                 raise ParameterError(f"parameter deployments: {e}") from None
             self.parsed.append(d)
