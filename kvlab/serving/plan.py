@@ -132,12 +132,18 @@ def fewest_replicas(run, slo: dict, gpus_per_replica: int = 1, start: int = 1,
                 {r: meets(s, slo) for r, s in seen.items()})
 
 
+def goodput_limits(slo: dict | None) -> dict:
+    """The simulator's goodput limits (ttft_s, tpot_s) from an SLO's p99 limits."""
+    slo = slo or {}
+    return {k: v for k, v in (("ttft_s", slo.get("ttft_p99")), ("tpot_s", slo.get("tpot_p99"))) if v}
+
+
 def plan_config(trace, base, slo: dict, *, step_model, max_replicas: int = MAX_REPLICAS) -> Plan:
     """The fewest replicas of the deployment `base` (a one-replica ServeConfig) meeting `slo` on `trace`."""
     from dataclasses import replace
 
     from .simulator import simulate_serving
-    goodput = {k: v for k, v in (("ttft_s", slo.get("ttft_p99")), ("tpot_s", slo.get("tpot_p99"))) if v}
+    goodput = goodput_limits(slo)
 
     def run(r: int) -> dict:
         return simulate_serving(trace, replace(base, replicas=r), step_model, goodput).summary()

@@ -18,7 +18,7 @@ from ..checks import need_int, need_number
 from ..errors import KvlabError, ParameterError
 from ..nb.params import NotebookParams
 from ..sim.traces import Trace, load_trace
-from .plan import Plan, fewest_replicas, parse_slo
+from .plan import Plan, fewest_replicas, goodput_limits, parse_slo
 from .simulator import ServeResult, deployment_config, simulate_serving
 
 _DEPLOYMENT = re.compile(r"^\s*([^:@\s]+)(?::([^@\s]+))?(?:@tp(\d+))?\s*$")
@@ -102,10 +102,8 @@ class Study:
         """The simulator's run of `replicas` replicas of `d` at `load` x the trace's offered load."""
         key = (d, replicas, load, dram_gb)
         if key not in self._runs:
-            goodput = {} if slo is None else {k: v for k, v in (("ttft_s", slo.get("ttft_p99")),
-                                                                ("tpot_s", slo.get("tpot_p99"))) if v}
             self._runs[key] = simulate_serving(self.trace_at(load), self.config(d, replicas, dram_gb, load),
-                                               self.step_model(d), goodput)
+                                               self.step_model(d), goodput_limits(slo))
         return self._runs[key]
 
     def load_curve(self, d: Deployment, loads, replicas: int = 1) -> list[dict]:
