@@ -5,7 +5,7 @@ from nbutil import run_notebook
 
 SMALL = dict(formats=["bf16", "nvfp4", "int4"], residual=32, mechanisms=["window:1/4", "hca:8,window:32"],
              presses=["snapkv keep 1/4", "streaming_llm keep 64"], others=["bf16", "nvfp4"], peers=["quanto4"],
-             contexts=[160, 256], samples=8, windows=4, heatmap=["bf16", "window:1/4"], heatmap_contexts=[128, 256],
+             contexts=[160, 256], samples=8, halfwidth=0, longer=["*"], windows=4, heatmap=["bf16", "window:1/4"], heatmap_contexts=[128, 256],
              depth_samples=2, chunk=64, batch=8, decode_steps=4, decode_rounds=1)
 
 

@@ -129,11 +129,17 @@ def test_notebook_08_parameters():
                        (dict(heatmap=["window:1/8"]), "parameter heatmap: 'window:1/8'"),
                        (dict(depth_samples=-1), "parameter depth_samples"),
                        (dict(batch=0), "parameter batch"),
-                       (dict(full="yes"), "parameter full must be True or False")):
+                       (dict(full="yes"), "parameter full must be True or False"),
+                       (dict(longer=["int9"]), "parameter longer: 'int9' is not one of this run's settings"),
+                       (dict(halfwidth=0.5), "parameter halfwidth"), (dict(halfwidth=-0.01), "parameter halfwidth"),
+                       (dict(halfwidth="0.05"), "parameter halfwidth")):
         with pytest.raises(ParameterError, match=match):
             QualityParams.of({**p, **bad})
-    # full=True: the complete grid, every press at three budgets, 385 samples a cell
+    # the defaults draw until every accuracy interval is +-0.05: at most 385 samples, the count that bounds any
+    assert (q.halfwidth, q.max_samples) == (0.05, 385) and q.samples < q.max_samples
+    assert QualityParams.of({**p, "halfwidth": 0, "samples": 40}).max_samples == 40  # 0: exactly `samples`
+    # full=True: the complete grid, every press at three budgets, every setting at both contexts, +-0.05
     f = QualityParams.of({**p, "full": True})
-    assert f.samples == 385 and f.others == ["*"] and len(f.presses) == 36
+    assert f.halfwidth == 0.05 and f.others == f.longer == ["*"] and len(f.presses) == 36
     assert {s.label for s in f.pick(["*"])} == {s.label for s in f.settings()}
     assert [s.label for s in q.pick(["window:1/4"])] == ["window=1/4"]  # notebooks write ':', labels '='

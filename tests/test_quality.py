@@ -110,6 +110,15 @@ def test_sweep_pairs_settings_on_the_same_samples(dense):
     assert math.isfinite(win.perplexity)
 
 
+def test_sweep_longer_limits_the_later_contexts(dense):
+    """`longer`: every setting at the first context, only those at the later ones, on windows nested across both."""
+    sets = Q.format_settings(["bf16", "nvfp4"], 0, torch.bfloat16) + Q.mechanism_settings(["window:1/8"])
+    rows = Q.sweep(dense, sets, [64, 128], None, 1, 2, 32, seed=0, progress=False, batch=2, longer=sets[:1])
+    assert [(r.setting, r.context) for r in rows] == [("bf16", 64), ("nvfp4", 64), ("window=1/8", 64), ("bf16", 128)]
+    whole = Q.sweep(dense, sets[:1], [64, 128], None, 1, 2, 32, seed=0, progress=False, batch=2)
+    assert [r.window_nll for r in whole] == [rows[0].window_nll, rows[-1].window_nll]  # the same nested windows
+
+
 def test_presses_apply_to_dense_heads_only():
     from kvlab.train.models import make_config
 

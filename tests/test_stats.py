@@ -39,8 +39,12 @@ def test_samples_for_halfwidth():
     for p in (0.5, 0.9, 0.95):
         n = samples_for_halfwidth(0.05, p)
         assert fits(n, p) and not fits(n - 1, p)
-    assert 370 < samples_for_halfwidth(0.05) < 385  # below the normal approximation's 385
-    assert samples_for_halfwidth(0.05, 0.95) < samples_for_halfwidth(0.05)
+    assert 370 < samples_for_halfwidth(0.05, 0.5) < 385  # below the normal approximation's 385
+    assert samples_for_halfwidth(0.05, 0.95) < samples_for_halfwidth(0.05, 0.5)
+    # p = None: every proportion n samples can show; Wilson's skew makes it need more than p = 0.5 alone
+    n = samples_for_halfwidth(0.05)
+    assert all(fits(n, k / n) for k in range(n + 1)) and not all(fits(n - 1, k / (n - 1)) for k in range(n))
+    assert n > samples_for_halfwidth(0.05, 0.5)
 
 
 def test_paired_bootstrap_constant_shift_is_a_point():

@@ -49,10 +49,12 @@ class QualityParams(NotebookParams):
     mechanisms: list  # kvlab.hf.mechanisms strings; budgets as fractions of the context ('window=1/4')
     presses: list  # kvlab.hf.presses as 'name keep budget' (budget: a fraction of the context, or tokens)
     others: list  # labels of the settings also measured on every model after the first ('*': all)
+    longer: list  # labels of the settings also measured at the contexts after the first ('*': all)
     peers: list  # transformers QuantizedCache backends
     contexts: list  # tokens per held-out window and task sample
     task: str  # kvlab.train.tasks name
-    samples: int  # task samples per (model, setting, context)
+    samples: int  # task samples per (model, setting, context): the least, with halfwidth
+    halfwidth: float  # more samples, in rounds of `batch`, until each Wilson 95% interval is this narrow (0: off)
     windows: int  # held-out windows per context
     heatmap: list  # settings of the needle heatmap (labels as above)
     heatmap_contexts: list  # context lengths of the heatmap
@@ -64,8 +66,9 @@ class QualityParams(NotebookParams):
     decode_rounds: int  # interleaved timing rounds
     seed: int  # seed of windows and samples
     threads: int  # torch CPU threads (0: leave torch's default)
-    full: bool  # the complete grid (FULL): every format, budget, press and model, 385 samples a cell
+    full: bool  # the complete grid (FULL): every format, budget, press, model and context, +-0.05 intervals
     paths: list = field(init=False)  # models (and the V4.1-like one) resolved to directories (or Hub ids)
+    max_samples: int = field(init=False)  # the cap with halfwidth: the count that bounds any accuracy's interval
     dtype: torch.dtype = field(init=False)  # compute_dtype as a torch dtype
 
     def __post_init__(self):
@@ -84,6 +87,7 @@ class QualityParams(NotebookParams):
             self.need_lookup("mechanisms", mechanism_label, m)
         press_settings(self.need_names("presses", empty=True))
         self.need_names("others", empty=True)
+        self.need_names("longer", empty=True)
         self.need_names("heatmap", empty=True)
         self.need_names("peers", PEERS[1:], empty=True)
         self.need_ints("contexts", 16)
@@ -96,11 +100,14 @@ class QualityParams(NotebookParams):
         for k in ("samples", "windows", "chunk", "batch", "decode_steps", "decode_rounds"):
             self.need_int(k, 1)
         self.need_int("threads", 0)
+        self.need_number("halfwidth", 0, 0.49)
+        from ..stats import samples_for_halfwidth
+        self.max_samples = max(self.samples, samples_for_halfwidth(self.halfwidth)) if self.halfwidth else self.samples
         self.need_int("seed", 0)
         self.need_choice("compute_dtype", COMPUTE_DTYPES)
         self.dtype = getattr(torch, self.compute_dtype)
         known = [s.label for s in self.settings()]
-        for k in ("others", "heatmap"):
+        for k in ("others", "longer", "heatmap"):
             bad = [x for x in getattr(self, k) if x != "*" and not any(same_label(x, y) for y in known)]
             if bad:
                 raise ParameterError(f"parameter {k}: {', '.join(map(repr, bad))} is not one of this run's settings "
@@ -118,8 +125,8 @@ class QualityParams(NotebookParams):
 
 
 # What `full=True` runs (notebook 08): every format, each mechanism and every press at 1/8, 1/4 and 1/2 of the
-# context, every setting on every model, two contexts, 385 samples a cell (a Wilson 95% interval of at most +-0.05
-# at any accuracy: kvlab.stats.samples_for_halfwidth(0.05)) and a heatmap of every setting on every model.
+# context, every setting on every model at both contexts, samples in rounds until every Wilson 95% interval is at most
+# +-0.05 (385 bound it at any accuracy: kvlab.stats.samples_for_halfwidth) and a heatmap of every setting and model.
 FULL_BUDGETS = ("1/8", "1/4", "1/2")
 FULL = dict(
     formats=("bf16", "fp8_e4m3", "mxfp8", "nvfp4", "mxfp4", "int4", "int2"),
@@ -129,8 +136,8 @@ FULL = dict(
     presses=tuple(f"{p} keep {b}" for p in ("streaming_llm", "knorm", "snapkv", "tova", "h2o", "expected_attention",
                                       "random", "pyramidkv", "adakv", "keydiff", "lagkv", "chunkkv")
                   for b in FULL_BUDGETS),
-    others=("*",), heatmap=("*",), contexts=(1024, 2048), heatmap_contexts=(256, 512, 1024, 2048),
-    samples=385, windows=32, depth_samples=20)
+    others=("*",), longer=("*",), heatmap=("*",), contexts=(1024, 2048), heatmap_contexts=(256, 512, 1024, 2048),
+    samples=32, halfwidth=0.05, windows=32, depth_samples=20)
 
 
 # The formats of the issue's frontier: integer groups get KIVI's treatment (keys per channel, values per
@@ -416,11 +423,12 @@ def applies(model, setting: Setting) -> bool:
 
 def sweep(models: dict, settings: list[Setting], contexts: list[int], task: str | None, samples: int, windows: int,
           chunk: int, seed: int = 0, progress: bool = True, halfwidth: float | None = None,
-          max_samples: int | None = None, batch: int = 32) -> list[Row]:
-    """Every (model, setting, context): models maps a name to (model, encode). The text windows are nested:
-    a context of T tokens reads the first T tokens of the same windows (drawn once at the longest context),
-    so perplexities at two contexts differ by the context, not by the text; task samples are drawn per context
-    (`samples`, or with `halfwidth` as many as the Wilson interval needs, up to `max_samples`: `measure`).""" 
+          max_samples: int | None = None, batch: int = 32, longer: list[Setting] | None = None) -> list[Row]:
+    """Every (model, setting, context): models maps a name to (model, encode); `longer` (if given) limits the
+    contexts after the first to those settings. The text windows are nested: a context of T tokens reads the
+    first T tokens of the same windows (drawn once at the longest context), so perplexities at two contexts
+    differ by the context, not by the text; task samples are drawn per context (`samples`, or with `halfwidth`
+    as many as the Wilson interval needs, up to `max_samples`: `measure`)."""
     from tqdm.auto import tqdm
 
     contexts = [need_int("contexts", t, 2) for t in need_list("contexts", contexts, "a list of token counts")]
@@ -430,12 +438,14 @@ def sweep(models: dict, settings: list[Setting], contexts: list[int], task: str 
         raise ParameterError(f"halfwidth = {halfwidth!r}: an interval's half-width is in (0, 0.5)")
     rows = []
     longest = max(contexts)
-    bar = tqdm(total=len(models) * len(contexts) * len(settings), disable=not progress, desc="settings")
+    later = settings if longer is None else [s for s in settings if any(s.label == x.label for x in longer)]
+    per_model = len(settings) + (len(contexts) - 1) * len(later)
+    bar = tqdm(total=len(models) * per_model, disable=not progress, desc="settings")
     for name, (model, encode) in models.items():
         text = text_windows(encode, longest, windows, seed)  # [windows, longest]
-        for T in contexts:
+        for i, T in enumerate(contexts):
             win = text[:, :T]
-            for s in settings:
+            for s in (settings if i == 0 else later):
                 if not applies(model, s):
                     bar.update()
                     continue

@@ -57,17 +57,22 @@ def accuracy_interval(successes: int, n: int) -> Interval:
     return Interval(successes / n, low, high, n)
 
 
-def samples_for_halfwidth(halfwidth: float, p: float = 0.5, z: float = Z95) -> int:
-    """Fewest samples whose Wilson interval at proportion p is at most +-halfwidth wide (p = 0.5: any p)."""
+def samples_for_halfwidth(halfwidth: float, p: float | None = None, z: float = Z95) -> int:
+    """Fewest samples whose Wilson interval around the observed proportion p is at most +-halfwidth on each side;
+    p = None: around any proportion n samples can show (Wilson's interval is skewed, so off 0.5 its wider side
+    outgrows the width at 0.5: this is the count that bounds every cell whatever its accuracy)."""
     need_number("halfwidth", halfwidth, 1e-6, 0.5)
-    need_number("p", p, 0.0, 1.0)
-    n = max(1, math.ceil(z * z * p * (1 - p) / halfwidth ** 2) - 2 * math.ceil(z * z))
-    while True:
-        k = round(p * n)
+    if p is not None:
+        need_number("p", p, 0.0, 1.0)
+    q = 0.5 if p is None else p
+    n = max(1, math.ceil(z * z * q * (1 - q) / halfwidth ** 2) - 2 * math.ceil(z * z))
+
+    def wider(k: int) -> float:
         low, high = wilson(k, n, z)
-        if max(high - k / n, k / n - low) <= halfwidth:
-            return n
+        return max(high - k / n, k / n - low)
+    while max(wider(k) for k in (range(n + 1) if p is None else [round(p * n)])) > halfwidth:
         n += 1
+    return n
 
 
 @dataclass(frozen=True)
