@@ -9,7 +9,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 from kvlab.cache.memory import storage_bytes
 from kvlab.errors import ConfigError, ParameterError, UnknownFormatError
 from kvlab.hf import make_cache
-from kvlab.hf.mechanisms import parse_mechanism
+from kvlab.hf.cache import RawStream
+from kvlab.hf.mechanisms import parse_mechanism, use_kvlab_attention
 from kvlab.quant import kivi_quantize
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -180,7 +181,44 @@ def test_per_layer_overrides(models):
     assert [lc.components[0].entry.format_name for lc in cache.layout.layers] == ["bf16", "nvfp4", "nvfp4"]
     list(feed(m, cache, [20, 1]))
     x = cache.layers[0].streams["k"]
-    assert x.packed.rows == 21 and cache.nbytes == cache.predicted_bytes()
+    assert x.count == 21 and cache.nbytes == cache.predicted_bytes()
+    assert isinstance(x, RawStream) and not isinstance(cache.layers[1].streams["k"], RawStream)  # BF16 as read
+
+
+RAW_CASES = [(mt, o) for mt in FAMILIES for o in (dict(), dict(mechanism="window=16"), dict(mechanism="hca=4,window=8"))
+             if mt != "mistral" or not o] + [(mt, o) for mt in ("qwen3", "gemma3_text") for o in (
+                 dict(press="snapkv", keep=0.5), dict(press="streaming_llm", keep=12, press_mode="decode"),
+                 dict(press="adakv", keep=0.5))]
+
+
+@pytest.mark.parametrize("mt, opts", RAW_CASES, ids=[f"{m}-{'-'.join(str(v) for v in o.values() if not isinstance(v, dict)) or 'plain'}"
+                                                      for m, o in RAW_CASES])
+def test_raw_streams_equal_packed_rows(models, mt, opts, monkeypatch):
+    """K/V kept in the model's own dtype are held as attention reads them (RawStream, one concatenation a step);
+    the packed-row Stream they stand for gives bit-equal logits, the same held bytes and the same kept positions,
+    step after step (prefill, chunks, decode steps; windows, pooling, presses and beam reordering included)."""
+    m = models[mt]
+    use_kvlab_attention(m)
+
+    def run():
+        cache = make_cache(m, **opts)
+        x = torch.cat([ids(100, seed=5), ids(100, seed=6)])  # [2, 100]: two sequences, so reordering shows
+        out, held = [], []
+        with torch.no_grad():
+            for a, b in ((0, 80), (80, 88), (88, 89), (89, 90), (90, 91)):
+                out.append(m(x[:, a:b], past_key_values=cache, use_cache=True).logits)
+                held.append((cache.nbytes, cache.predicted_bytes()))
+            cache.reorder_cache(torch.tensor([1, 0]))
+            out.append(m(x[:, 91:92], past_key_values=cache, use_cache=True).logits)
+            held.append((cache.nbytes, cache.predicted_bytes()))
+        return out, held, [lyr.positions.clone() for lyr in cache.layers], cache
+    fast, fast_held, fast_pos, cache = run()
+    assert any(isinstance(s, RawStream) for lyr in cache.layers for s in lyr.streams.values())
+    monkeypatch.setattr(RawStream, "applies", staticmethod(lambda stored, dtype: False))
+    slow, slow_held, slow_pos, _ = run()
+    assert all(torch.equal(a, b) for a, b in zip(fast, slow))
+    assert fast_held == slow_held and all(h == p for h, p in fast_held)
+    assert all(torch.equal(a, b) for a, b in zip(fast_pos, slow_pos))
 
 
 def test_batch_and_beams(models):

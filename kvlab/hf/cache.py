@@ -38,7 +38,7 @@ from ..quant import QuantizeError, quantize
 from .mechanisms import DENSE, KeyLayout, Mechanism, mechanism_layout, parse_mechanism, use_kvlab_attention
 from . import kernels
 from .presses import PressPlan, PressRun, check_attention, layer_bytes, make_plan
-from .store import PackedRows
+from .store import RAW, PackedRows
 
 # transformers model types whose attention hands the cache plain K/V (dense) or the MLA latent + RoPE key.
 DENSE_TYPES = ("llama", "mistral", "ministral", "qwen2", "qwen3", "gemma2", "gemma3_text", "gemma3", "gpt_oss",
@@ -205,6 +205,55 @@ class Stream:
         self.pend = self.pend.index_select(0, index.to(self.pend.device))
 
 
+class RawStream(Stream):
+    """A stream whose entries are the model's own values (BF16 / FP16 / FP32 in the cache's dtype, one token a row,
+    nothing waiting in a residual): its bytes already are what attention reads, so it holds them laid out as
+    attention reads them, [B, H, T, W], grown by one concatenation a step as transformers' DynamicLayer grows —
+    no re-layout per step, the same bytes as the packed rows (so the layout's count still holds exactly)."""
+
+    def __init__(self, stored: Component, batch: int, heads: int, width: int, device, dtype):
+        super().__init__(stored, batch, heads, width, device, dtype)
+        self.packed = None  # no packed rows: `data` is the store
+        self.data = torch.zeros(batch, heads, 0, width, dtype=dtype, device=device)  # [B, H, held, W]
+
+    @staticmethod
+    def applies(stored: Component, dtype: torch.dtype) -> bool:
+        """Every part of the entry raw in `dtype` (an MLA latent and its RoPE key side by side, as the stream
+        carries them), unaligned, one token a row, no residual."""
+        e = stored.entry
+        return (e.align == 1 and all(RAW.get(p.fmt.name) == dtype for p in e.parts) and stored.residual is None
+                and stored.group == 1)
+
+    def held(self) -> torch.Tensor:
+        return self.data
+
+    def update(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != self.dtype:
+            x = x.to(self.dtype)
+        self.tokens += x.shape[2]
+        self.p0 = self.tokens
+        out = self.data = torch.cat([self.data, x], dim=2)  # [B, H, held + S, W]
+        if self.window is not None:
+            self._evict(self.tokens - self.window)
+        return out
+
+    def _evict(self, lo: int) -> None:
+        if lo > self.s0:
+            self.data = self.data[:, :, lo - self.s0:].clone()  # own storage: the evicted tokens' bytes are freed
+            self.s0 = lo
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.data]
+
+    def keep(self, slots: torch.Tensor) -> None:
+        self.data = self.data.gather(2, slots[..., None].expand(-1, -1, -1, self.width))  # [B, H, n, W]
+        self.tokens = self.p0 = slots.shape[2]
+        self.s0 = 0
+
+    def reorder(self, index: torch.Tensor) -> None:
+        self.data = self.data.index_select(0, index.to(self.data.device))
+
+
 class KvlabLayer(CacheLayerMixin):
     """One decoder layer's cache: dense K and V streams, or one MLA latent + RoPE key stream; with a
     pooling mechanism (csa / hca) also a stream of pooled entries per role."""
@@ -242,7 +291,8 @@ class KvlabLayer(CacheLayerMixin):
         else:
             shapes = {"k": (h, key_states.shape[-1]), "v": (h, value_states.shape[-1])}
         for role, (heads, width) in shapes.items():
-            self.streams[role] = Stream(self._stored(role), b, heads, width, self.device, self.dtype)
+            kind = RawStream if RawStream.applies(self._stored(role), self.dtype) else Stream
+            self.streams[role] = kind(self._stored(role), b, heads, width, self.device, self.dtype)
             if self.mech.ratio is not None:
                 self.pools[role] = Stream(self._stored(f"{role}_pooled"), b, heads, width, self.device, self.dtype)
         self.is_initialized = True
