@@ -20,3 +20,8 @@ def test_small_run_matches_the_study(tmp_path):
     assert all(r["smaller_format_no_more_gpus"].values())
     assert set(r["tier_hit_rate"]) == {"0", "64"} and r["tier_hit_rate"]["64"] >= r["tier_hit_rate"]["0"]
     assert set(r["knee_ttft_p99_s"]) == {"qwen3-8b own format|1", "qwen3-8b own format|24"}
+    # aiconfigurator's steady answer: for the deployment it covers (BF16 KV) where it is installed, none otherwise
+    from kvlab.serving import steady
+    aic = r["aiconfigurator_gpus"]
+    assert aic["qwen3-8b fp8_e4m3"] is None and aic["deepseek-v4.1-flash own format TP4"] is None
+    assert (aic["qwen3-8b own format"] or 0) >= 1 if steady.available() else aic["qwen3-8b own format"] is None

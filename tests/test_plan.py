@@ -85,9 +85,10 @@ def test_a_looser_slo_never_needs_more_gpus(trace):
 def test_cli_json(capsys):
     rc = main(["plan", "synthetic", "--model", "qwen3-8b", "--gpu", "H200", "--slo", "ttft_p99=5,tpot_p99=0.1",
                "--limit", "400", "--open-loop", "--step-time", "affine", "--overhead-ms", "20", "--prefill-token-us",
-               "200", "--decode-request-us", "200", "--json"])
+               "200", "--decode-request-us", "200", "--json", "--no-steady"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0 and out["meets"] is True and out["replicas"] > 1 and out["gpus"] == out["replicas"]
+    assert "aiconfigurator" not in out  # --no-steady
     assert out["metrics"]["tpot_p99_s"] <= 0.1 and out["below"]["tpot_p99_s"] > 0.1
     assert out["tried"][str(out["replicas"] - 1)] is False and out["step_time"] == "affine"
 

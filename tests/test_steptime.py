@@ -113,6 +113,22 @@ def test_roofline_scaling_laws():
     assert r2.kv_read_bytes(s) == r.kv_read_bytes(s) // 2
 
 
+@pytest.mark.parametrize("model, tp, kv", [("qwen3-8b", 1, None), ("qwen3-8b", 2, "nvfp4"), ("qwen3-next-80b-a3b", 1, None),
+                                           ("deepseek-v4-flash", 4, None), ("deepseek-v4.1-flash", 4, "fp8_e4m3")])
+def test_roofline_step_s_is_its_priced_step(model, tp, kv):
+    """The simulator's fast path (no Step per call) gives exactly the figure `time` prices, step after step."""
+    import random
+    r = Roofline(model, "H200", "vllm", tp=tp, kv_format=kv)
+    rng = random.Random(7)
+    for _ in range(60):
+        decode = [rng.randint(0, 200_000) for _ in range(rng.randint(0, 300))]
+        prefill = [(rng.randint(1, 8192), rng.choice([0, rng.randint(1, 100_000)])) for _ in range(rng.randint(0, 3))]
+        if not decode and not prefill:
+            continue
+        step = Step(tuple(Chunk(n, c) for n, c in prefill), tuple(max(1, c) for c in decode))
+        assert r.step_s(prefill, decode) == r.time(step).ms / 1e3
+
+
 def test_roofline_moe_reads_the_experts_it_touches():
     r = roof("deepseek-v3")
     w = [r.weight_read_bytes(n) for n in (1, 8, 64, 4096)]

@@ -107,7 +107,7 @@ def _defaults():
     return dict(trace="synthetic", synthetic_sessions=20, human_pause_median_s=10.0, seed=0, limit=0, gpu="H200",
                 engine="vllm", step_time="roofline", deployments=["qwen3-8b", "deepseek-v4-flash@tp4"],
                 slo={"ttft_p99": 2.0, "tpot_p99": 0.05}, load=16.0, loads=[1, 2], knee=[0], dram_gbs=[0, 256],
-                max_replicas=64)
+                max_replicas=64, steady=False)
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -124,6 +124,7 @@ def _defaults():
     (dict(step_time="guess"), "parameter step_time"),
     (dict(dram_gbs=[-1]), "parameter dram_gbs"),
     (dict(synthetic_sessions=0), "parameter synthetic_sessions"),
+    (dict(steady="yes"), "parameter steady"),
 ])
 def test_serving_params_refuse(bad, match):
     with pytest.raises(ParameterError, match=match):

@@ -74,6 +74,9 @@ def cmd_plan(args) -> int:
            "pp": args.pp, "kv_format": args.kv_format, "router": args.router, "pool_tokens": cfg.pool_tokens,
            "step_time": getattr(model, "name", args.step_time), "layout_note": cfg.layout_note or None,
            **p.to_dict()}
+    if not args.no_steady:  # aiconfigurator's steady-state answer beside the simulated one (kvlab.serving.steady)
+        from ..serving.steady import beside_plan
+        out["aiconfigurator"] = beside_plan(tr, p, args.model, args.gpu, args.engine, args.kv_format)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -82,13 +85,25 @@ def cmd_plan(args) -> int:
         print(f"  {cfg.layout_note}")
     if p.replicas is None:
         print(f"{tr.name}: {args.model} on {args.gpu} cannot meet {lim}: {p.why_not}")
-        return 0
-    m = p.metrics
-    print(f"{tr.name}: {p.replicas} replicas x {p.gpus_per_replica} GPU = {p.gpus} x {args.gpu} meet {lim} "
-          f"({args.model}, {args.engine}, step times: {out['step_time']})")
-    print(f"  TTFT p99 {m['ttft_p99_s']:.3f} s, TPOT p99 {(m['tpot_p99_s'] or 0):.4f} s, "
-          f"{m['throughput_tokens_per_s']:,.0f} tokens/s, prefix hits {m['token_hit_rate']:.1%}"
-          + (f"; {p.replicas - 1} replica{'s' if p.replicas > 2 else ''} fail it" if p.below else ""))
+    else:
+        m = p.metrics
+        print(f"{tr.name}: {p.replicas} replicas x {p.gpus_per_replica} GPU = {p.gpus} x {args.gpu} meet {lim} "
+              f"({args.model}, {args.engine}, step times: {out['step_time']})")
+        print(f"  TTFT p99 {m['ttft_p99_s']:.3f} s, TPOT p99 {(m['tpot_p99_s'] or 0):.4f} s, "
+              f"{m['throughput_tokens_per_s']:,.0f} tokens/s, prefix hits {m['token_hit_rate']:.1%}"
+              + (f"; {p.replicas - 1} replica{'s' if p.replicas > 2 else ''} fail it" if p.below else ""))
+    a = out.get("aiconfigurator")
+    if a is not None:
+        if a.get("gpus") is None:
+            print(f"  aiconfigurator's steady-state answer: none ({a['why_not']})")
+        else:
+            d = a["differences"]
+            print(f"  aiconfigurator's steady-state answer (mean request {a['isl']:,} in / {a['osl']:,} out, "
+                  f"{a['prefix']:,} prefix hits, {a['rate_per_s']:.3g} req/s from {a['rate_from']}): "
+                  f"{a['gpus']} GPU(s), {a['replicas']} x "
+                  f"TP{a['tp']}; the trace's busiest {d['burst_window_s']:g} s brings "
+                  + ("-" if d["burst_peak_to_mean"] is None else f"{d['burst_peak_to_mean']:.1f}x")
+                  + f" the mean rate, input p99 is {d['input_p99_to_mean']:.1f}x the mean")
     return 0
 
 
@@ -146,4 +161,6 @@ def register(sub) -> None:
                         "kvlab's roofline; affine: the --overhead-ms ... fit)")
     p.add_argument("--max-replicas", type=_count("--max-replicas", 1, 1 << 20), default=4096,
                    help="give up past this many replicas (default 4096)")
+    p.add_argument("--no-steady", action="store_true",
+                   help="skip aiconfigurator's steady-state answer beside the plan (its recommend, ~10 s a call)")
     p.set_defaults(func=cmd_plan)

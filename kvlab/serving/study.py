@@ -166,6 +166,7 @@ class ServingParams(NotebookParams):
     knee: list  # deployments (indices into `deployments`) drawn on the knee curve
     dram_gbs: list  # host-DRAM tier sizes per replica for the tier comparison, GB (0: HBM only)
     max_replicas: int  # the plan gives up past this many replicas
+    steady: bool  # ask aiconfigurator's steady-state recommend beside each plan it covers (kvlab.serving.steady)
     parsed: list = field(init=False)  # Deployment per entry of `deployments`
     slo_limits: dict = field(init=False)  # the SLO checked: metric -> seconds
     slo_text: str = field(init=False)  # the SLO as the CLI writes it
@@ -214,6 +215,7 @@ class ServingParams(NotebookParams):
             self.need_int("knee", 0, len(self.parsed) - 1, value=i)
         self.need_numbers("dram_gbs", 0.0)
         self.need_int("max_replicas")
+        self.need_flag("steady")
 
     @property
     def synthetic(self) -> dict | None:

@@ -114,7 +114,10 @@ class Roofline(StepTimeSource):
 
     def kv_read_bytes(self, step: Step) -> int:
         """KV bytes this GPU reads: every request's cached context as the layout holds it."""
-        ctx = list(step.decode) + [c.cached for c in step.prefill if c.cached]
+        return self._kv_bytes(list(step.decode), [(c.tokens, c.cached) for c in step.prefill])
+
+    def _kv_bytes(self, decode: list, chunks: list) -> int:
+        ctx = decode + [c for _, c in chunks if c]
         return int(self.alloc.layout.totals(np.array(ctx, np.int64)).sum()) if ctx else 0
 
     def active_params(self) -> float:
@@ -139,20 +142,36 @@ class Roofline(StepTimeSource):
 
     def flops(self, step: Step) -> float:
         """FLOPs this GPU computes in the step: every decode request and prefill chunk priced in one call."""
-        f = 2 * self.active_params() * step.tokens
-        weight = np.array([1] * len(step.decode) + [c.tokens for c in step.prefill], float)  # tokens priced alike
+        return self._flops(list(step.decode), [(c.tokens, c.cached) for c in step.prefill], step.tokens)
+
+    def _flops(self, decode: list, chunks: list, tokens: int) -> float:
+        f = 2 * self.active_params() * tokens
+        weight = np.array([1] * len(decode) + [n for n, _ in chunks], float)  # tokens priced alike
         if self.v4 is not None:  # compressed entries, windows and the indexer at each context
-            at = list(step.decode) + [max(c.cached + c.tokens // 2, 1) for c in step.prefill]
+            at = decode + [max(c + n // 2, 1) for n, c in chunks]
             per = self.v4.context_flops(np.array(at, np.int64))
         else:  # a decode sees its context + 1 keys; a causal chunk's tokens cached + 1 .. cached + tokens
-            keys = [n + 1 for n in step.decode] + [c.cached + (c.tokens + 1) / 2 for c in step.prefill]
+            keys = [d + 1 for d in decode] + [c + (n + 1) / 2 for n, c in chunks]
             per = self._keys_flops(np.array(keys, float))
         return (f + math.fsum(per * weight)) / self.tp  # fsum: the same total on every CPU (a BLAS dot is not)
 
-    def time(self, step: Step) -> StepTime:
-        wb, kv, fl = self.weight_read_bytes(step.tokens), self.kv_read_bytes(step), self.flops(step)
+    def _terms(self, decode: list, chunks: list) -> tuple[float, int, float, float, float]:
+        """(weight bytes, KV bytes, FLOPs, memory ms, compute ms) of a step given as decode contexts and
+        (tokens, cached) chunks: what `time` reports and `step_s` sums, computed once for both."""
+        tokens = sum(n for n, _ in chunks) + len(decode)
+        wb, kv, fl = self.weight_read_bytes(tokens), self._kv_bytes(decode, chunks), self._flops(decode, chunks, tokens)
         mem_ms = (wb + kv) / (self.gpu.hbm_bytes_per_s * self.memory_efficiency) * 1e3
         cmp_ms = fl / (self.peak * self.compute_efficiency) * 1e3
+        return wb, kv, fl, mem_ms, cmp_ms
+
+    def step_s(self, prefill, decode) -> float:
+        """The simulator's protocol without a Step per call (the serving loop prices ~10^5 steps a run): the same
+        figure as `time(Step(...)).ms / 1e3` (tests/test_steptime.py)."""
+        _, _, _, mem_ms, cmp_ms = self._terms([max(1, int(c)) for c in decode], [(int(n), int(c)) for n, c in prefill])
+        return (self.overhead_ms + max(mem_ms, cmp_ms)) / 1e3
+
+    def time(self, step: Step) -> StepTime:
+        wb, kv, fl, mem_ms, cmp_ms = self._terms(list(step.decode), [(c.tokens, c.cached) for c in step.prefill])
         ms = self.overhead_ms + max(mem_ms, cmp_ms)
         parts = dict(weight_bytes=wb, kv_bytes=kv, flops=fl, memory_ms=mem_ms, compute_ms=cmp_ms,
                      overhead_ms=self.overhead_ms, bound="memory" if mem_ms >= cmp_ms else "compute",
