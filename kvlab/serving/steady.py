@@ -17,12 +17,11 @@ import contextlib
 import importlib.util
 import io
 import logging
-import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..errors import ParameterError
+from ..checks import need_number
 from ..models import load_model
 from .steptime.aiconfigurator import MODEL_IDS, SYSTEMS
 
@@ -61,14 +60,9 @@ def why_not(model, gpu: str, engine: str, kv_format: str | None) -> str | None:
     """None when aiconfigurator's recommend covers the combination, else why not, in one clause."""
     if not available():
         return f"aiconfigurator is not installed (pip install aiconfigurator=={VERSION}, in kvlab[serving])"
-    name = load_model(model).name
-    if name not in MODEL_IDS:
-        return f"aiconfigurator has no model for {name!r}"
-    if str(gpu).upper() not in SYSTEMS:
-        return f"aiconfigurator has no data for GPU {gpu}"
     if kv_format not in (None, "bf16"):
         return f"aiconfigurator's recommend prices the model's own KV dtype only, not {kv_format}"
-    from .steptime.aiconfigurator import why_not as step_why_not
+    from .steptime.aiconfigurator import why_not as step_why_not  # its model, GPU and support-matrix coverage
     return step_why_not(model, gpu, engine, 1, None)
 
 
@@ -76,8 +70,7 @@ def recommend(model, gpu: str, engine: str, slo: dict, rate_per_s: float, isl: f
               prefix: float = 0.0, kv_format: str | None = None) -> SteadyAnswer:
     """aiconfigurator's fewest GPUs meeting `slo` (its ttft / tpot limits, seconds; any percentile is read as its
     average request's) at `rate_per_s` requests of `isl` / `osl` mean tokens, `prefix` of them prefix-cache hits."""
-    if not (isinstance(rate_per_s, (int, float)) and math.isfinite(rate_per_s) and rate_per_s > 0):
-        raise ParameterError(f"a steady request rate must be a positive number of requests/s, got {rate_per_s!r}")
+    need_number("steady request rate (requests/s)", rate_per_s, 0.0, lo_open=True)
     isl_i, osl_i = max(1, round(isl)), max(1, round(osl))
     prefix_i = min(max(0, round(prefix)), isl_i - 1)
     base = dict(rate_per_s=float(rate_per_s), isl=isl_i, osl=osl_i, prefix=prefix_i)
@@ -125,7 +118,7 @@ def differences(trace, metrics: dict, window_s: float = 60.0) -> dict:
     run's TTFT and TPOT p99 against their means (queueing tails), and the share of input tokens its prefix cache
     hit (each request differently; aiconfigurator is given the mean)."""
     t = np.asarray(trace.timestamps, dtype=np.float64)
-    span = float(t.max() - t.min()) if len(t) > 1 else 0.0
+    span = _span(t)
     peak = None
     if span > window_s:
         ends = np.searchsorted(t, t + window_s, side="left")
@@ -139,10 +132,15 @@ def differences(trace, metrics: dict, window_s: float = 60.0) -> dict:
                 token_hit_rate=m.get("token_hit_rate"))
 
 
+def _span(t: np.ndarray) -> float:
+    """Seconds from the first arrival to the last (0 for fewer than two)."""
+    return float(t.max() - t.min()) if len(t) > 1 else 0.0
+
+
 def arrival_rate(trace) -> float:
     """Requests per second over the trace's arrival span (0 for a trace of one instant)."""
     t = np.asarray(trace.timestamps, dtype=np.float64)
-    span = float(t.max() - t.min()) if len(t) > 1 else 0.0
+    span = _span(t)
     return len(t) / span if span > 0 else 0.0
 
 
