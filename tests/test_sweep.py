@@ -88,19 +88,28 @@ def test_small_grid_on_two_workers(tmp_path, probe):
     assert by[("qwen3-8b", "")] == "147456" and by[("deepseek-v4.1-flash", "")] == "890"  # exact in the CSV
 
 
-@pytest.mark.xfail(strict=False, reason="in the full CI suite (three fresh clones, 2026-12-02) the sweep ignored Ctrl-C "
-                   "and was killed at the timeout; it passes alone, beside notebook 08 and after test_steady; cause "
-                   "not found yet (issue 22's note)")
+def _default_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@pytest.mark.xfail(strict=False, reason="three fresh-clone CI runs (2026-12-02) timed out waiting after Ctrl-C; not "
+                   "reproduced since (passes alone and in a full local suite); the wait is now on the process, not on "
+                   "pipes a left-behind kernel could hold (issue 22's note)")
 def test_stopped_sweep_resumes(tmp_path, probe):
     models = ["qwen3-8b", "llama-3.1-8b", "deepseek-v4.1-flash", "gpt-oss-20b"]
     gate = tmp_path / "gate"
     gate.write_text("")  # held: once one point has finished, the others wait until the test stops the sweep
     (tmp_path / "grid.json").write_text(json.dumps({"model": models, "gate": [str(gate)]}))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(ROOT)}
+    # output to files, not pipes: a process the sweep leaves behind (a notebook kernel in a session of its own)
+    # cannot then hold the test's read open after the sweep itself has exited; SIGINT at its default, unblocked,
+    # whatever this test process inherited
+    out_f, err_f = open(tmp_path / "sweep.out", "w+"), open(tmp_path / "sweep.err", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "kvlab", "sweep", str(probe), "--grid", str(tmp_path / "grid.json"),
                              "--workers", "1", "--no-progress", "--out", str(tmp_path / "runs")],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            cwd=tmp_path, env=env, stdout=out_f, stderr=err_f, text=True, start_new_session=True,
+                            preexec_fn=_default_sigint)
     try:
         deadline = time.monotonic() + 240
         folder, done = None, []
@@ -110,14 +119,17 @@ def test_stopped_sweep_resumes(tmp_path, probe):
             if folders:
                 folder = folders[0].parent
                 done = [d for d in folder.iterdir() if d.is_dir() and point_outcome(d, "probe")]
-            assert proc.poll() is None, proc.communicate()
+            assert proc.poll() is None, (tmp_path / "sweep.err").read_text()
         assert done, "no point finished in time"
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as a terminal sends it: to the whole process group
-        out, err = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        out_f.close()
+        err_f.close()
+    err = (tmp_path / "sweep.err").read_text()
     assert proc.returncode == 130, err
     assert f"--resume {folder}" in err
     record = json.loads((folder / SWEEP_FILE).read_text())

@@ -140,6 +140,41 @@ class Replica:
         self.plan = plan
         return prefill, decode, load_s
 
+    def decode_only(self) -> bool:
+        """The planned step decodes every running request, and no waiting request can join the batch until one of
+        them finishes (none waits, or max_num_seqs are running): the steps after it differ only in context."""
+        return (len(self.plan) == len(self.running) <= self.max_batched
+                and (not self.waiting or len(self.running) >= self.max_seqs))
+
+    def decode_room(self, steps: int) -> int:
+        """Most consecutive decode steps (the planned one first, at most `steps`) the running requests can take
+        with no completion and with the pages they grow into free now (so none would be preempted)."""
+        a, pt = self.a, self.page_tokens
+        run = self.running
+        left = min(a.output[r] - a.generated[r] for r in run)  # the step that generates a request's last token
+        k = min(steps, left)
+        if k <= 1:
+            return k
+        c0 = np.array([a.computed[r] for r in run], np.int64)  # [B] contexts at the planned step
+        held = np.array([a.held[r] for r in run], np.int64)  # [B] pages held (the planned step's included)
+        K = np.arange(1, k + 1, dtype=np.int64)[:, None]  # [k, 1] steps taken
+        extra = np.maximum(-(-(c0[None, :] + K) // pt) - held[None, :], 0).sum(1)  # [k] pages to grow into
+        return int(np.searchsorted(extra, self.free, side="right"))
+
+    def advance_decode(self, steps: int) -> None:
+        """Apply `steps` decode steps of the whole running batch at once (what `steps` rounds of finish_step and
+        schedule would do when decode_only holds and decode_room allows), then plan the next one."""
+        a, pt = self.a, self.page_tokens
+        for r in self.running:
+            c = a.computed[r] + steps
+            a.computed[r] = c
+            a.generated[r] += steps
+            want = cdiv(c + 1, pt) - a.held[r]
+            if want > 0:
+                a.held[r] += want
+                self.free -= want
+        self.plan = [(r, 1) for r in self.running]
+
     def finish_step(self, now: float) -> list[int]:
         """Apply the step that ended at `now`; returns the requests it completed."""
         a = self.a

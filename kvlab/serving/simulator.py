@@ -175,10 +175,27 @@ def _step_s(model, prefill, decode) -> float:
     return float(model.step_s(prefill, decode))
 
 
+def _decode_run_s(model, contexts: list, steps: int):
+    """[steps] seconds of consecutive decode steps of one batch (step j at `contexts` + j): the model's vectorized
+    `decode_run_s` where it has one (equal to step_s figure by figure), else step_s per step."""
+    run = getattr(model, "decode_run_s", None)
+    if run is not None:
+        return run(contexts, steps).tolist()
+    return [_step_s(model, (), [c + j for c in contexts]) for j in range(steps)]
+
+
+FAST_FORWARD_STEPS = 4096  # most decode steps one fast-forward prices at once
+
+
 def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model: StepModel | None = None,
-                     slo: dict | None = None) -> ServeResult:
+                     slo: dict | None = None, fast_forward: bool = True) -> ServeResult:
     """Run `trace` through `config.replicas` replicas; `step_model` times each step (default AffineStepModel());
-    `slo` = dict(ttft_s=, tpot_s=) for goodput. Deterministic: no randomness beyond the trace's own."""
+    `slo` = dict(ttft_s=, tpot_s=) for goodput. Deterministic: no randomness beyond the trace's own.
+
+    `fast_forward`: a replica whose batch only decodes, with nothing able to join it, applies its steps up to the
+    next event of the run (an arrival, another replica's step, a completion, a page it cannot grow into) at once,
+    their times priced in one vectorized call: every figure equals the step-by-step loop's (`False`; tests hold
+    the two equal), at a fraction of its cost on lightly loaded replicas."""
     need_type("trace", trace, Trace, "a kvlab.sim.traces.Trace")
     cfg = ServeConfig() if config is None else need_type("config", config, ServeConfig, "a ServeConfig")
     model = AffineStepModel() if step_model is None else step_model
@@ -202,7 +219,8 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
     nxt = np.full(N, -1, np.int64)  # closed loop: the session's next turn
     gap = np.zeros(N)  # and the pause before it
     ts = trace.timestamps.astype(float)
-    heap: list = []  # (time, kind, request or replica); kind 0 = step end, 1 = arrival
+    arrivals: list = []  # heap of (time, 1, request)
+    ends: list = []  # heap of (time, 0, replica): the step in flight on each busy replica
     if closed:
         sid = trace.session_ids
         order = np.lexsort((np.arange(N), sid))
@@ -212,13 +230,23 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
         gap[order[:-1][same]] = ts[order[1:][same]] - ts[order[:-1][same]]
         first[order[1:][same]] = False
         for r in np.flatnonzero(first):
-            heap.append((ts[r], 1, int(r)))
+            arrivals.append((ts[r], 1, int(r)))
     else:
-        heap = [(ts[r], 1, r) for r in range(N)]
-    heapq.heapify(heap)
+        arrivals = [(ts[r], 1, r) for r in range(N)]
+    heapq.heapify(arrivals)
+    # a completion at time t makes the session's next turn arrive at t + gap or later (closed loop)
+    min_gap = float(gap[nxt >= 0].min()) if closed and (nxt >= 0).any() else math.inf
     in_sys, area, last_t, t0, t_end = 0, 0.0, None, None, 0.0
     counter = 0
     steps = 0
+
+    def horizon() -> float:
+        """The earliest time a request could next reach any replica: the next arrival, or the next turn of a
+        session that another replica's step could complete. Nothing before it reads or changes a busy replica."""
+        h = arrivals[0][0] if arrivals else math.inf
+        if ends and min_gap < math.inf:
+            h = min(h, ends[0][0] + min_gap)
+        return h
 
     def start(rep: Replica, now: float):
         nonlocal steps
@@ -227,28 +255,55 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
             rep.busy_until = -1.0
             return
         dt = _step_s(model, prefill, decode) + load_s
+        if fast_forward and not prefill and rep.decode_only():
+            # the steps that end before any request can arrive only change contexts: apply them here
+            h = horizon()
+            if now + dt < h:
+                k = rep.decode_room(min(FAST_FORWARD_STEPS, int(min((h - now) / dt, 1e9)) + 2))
+                if k > 1:
+                    dts = _decode_run_s(model, decode, k)
+                    m = 0
+                    while m < k - 1:
+                        d = dt if m == 0 else dts[m]
+                        if now + d >= h:
+                            break
+                        now += d
+                        rep.busy_s += d
+                        m += 1
+                    if m:
+                        rep.advance_decode(m)
+                        rep.steps += m
+                        steps += m
+                        dt = dts[m]
         rep.busy_until = now + dt
         rep.busy_s += dt
         rep.steps += 1
         steps += 1
-        heapq.heappush(heap, (now + dt, 0, rep.index))
+        heapq.heappush(ends, (now + dt, 0, rep.index))
 
-    def leave(r: int, now: float):
-        nonlocal in_sys
-        in_sys -= 1
-        if nxt[r] >= 0:
-            heapq.heappush(heap, (now + gap[r], 1, int(nxt[r])))
-
-    while heap:
-        now, kind, x = heapq.heappop(heap)
-        if last_t is None:
-            last_t = t0 = now
+    def count(now: float, change: int):
+        """Requests in the system change (an arrival, a departure): integrate the count up to now."""
+        nonlocal in_sys, area, last_t
         area += in_sys * (now - last_t)
         last_t = now
+        in_sys += change
+
+    def leave(r: int, now: float):
+        count(now, -1)
+        if nxt[r] >= 0:
+            heapq.heappush(arrivals, (now + gap[r], 1, int(nxt[r])))
+
+    while arrivals or ends:
+        if ends and (not arrivals or ends[0] < arrivals[0]):  # one time order: (time, kind, index)
+            now, kind, x = heapq.heappop(ends)
+        else:
+            now, kind, x = heapq.heappop(arrivals)
+        if last_t is None:
+            last_t = t0 = now
         if kind == 1:
             r = x
             a.arrival[r] = now
-            in_sys += 1
+            count(now, +1)
             if a.input[r] + a.output[r] > limit:
                 a.rejected[r] = True
                 leave(r, now)

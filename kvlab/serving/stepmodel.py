@@ -57,6 +57,15 @@ class AffineStepModel:
         return (self.overhead_s + self.prefill_token_s * prefill_tokens + self.decode_request_s * decode_requests
                 + self.context_token_s * context_tokens)
 
+    def decode_run_s(self, contexts, steps: int):
+        """[steps] seconds of consecutive pure-decode steps of one batch, step j at `contexts` + j: each equals
+        `step_s([], contexts + j)` exactly (integer context sums, the same float operations)."""
+        import numpy as np
+        ctx = np.asarray(contexts, np.int64)  # [B]
+        total = int(ctx.sum()) + ctx.size * np.arange(steps, dtype=np.int64)  # [steps] context tokens read
+        return (self.overhead_s + self.prefill_token_s * 0 + self.decode_request_s * ctx.size
+                + self.context_token_s * total)
+
     def decode_throughput(self, batch: int, context: int = 0) -> float:
         """Tokens/s of a steady decode batch of `batch` requests at `context` tokens each."""
         return batch / self.totals_s(0, batch, batch * context)

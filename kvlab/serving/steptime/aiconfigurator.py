@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ...errors import ParameterError
 from ...models import load_model
-from .base import Step, StepTime, StepTimeSource
+from .base import Chunk, Step, StepTime, StepTimeSource
 
 # kvlab catalog name -> aiconfigurator model id (its model_configs/ and support matrix)
 MODEL_IDS = {
@@ -130,29 +130,65 @@ class Aiconfigurator(StepTimeSource):
         except (ValueError, RuntimeError, KeyError, TypeError, NotImplementedError, AssertionError) as e:
             raise ParameterError(f"aiconfigurator cannot compile {self.model_id} on {self.system} {engine} TP {tp}: "
                                  f"{str(e).splitlines()[0][:200]}") from None
+        self._priced: dict = {}  # (query, its arguments) -> ms: the serving loop asks the same steps again and again
+
+    def _query(self, n_pre: int, tokens: int, cached: int, n_dec: int, ctx: int) -> tuple[str, tuple]:
+        """The EngineHandle query and arguments a step maps onto (module docstring): a step of `n_pre` chunks of
+        (mean) `tokens` new on `cached` cached tokens and `n_dec` decodes at (mean) context `ctx`."""
+        if not n_dec:
+            return "predict_prefill_latency", (n_pre, cached + tokens, cached)
+        if not n_pre:
+            return "decode_step_latency", (n_dec, ctx, 1)
+        isl = cached + tokens
+        osl = max(1, 2 * (ctx - isl))  # decode context isl + osl // 2 + 1
+        return "mixed_step_latency", (tokens * n_pre, n_dec, isl, osl, cached)
+
+    def _ms(self, query: str, args: tuple, what) -> float:
+        key = (query, args)
+        ms = self._priced.get(key)
+        if ms is None:
+            try:
+                ms = float(getattr(self.handle, query)(*args))
+            except (ValueError, RuntimeError, KeyError, TypeError, AssertionError) as e:
+                raise ParameterError(f"aiconfigurator cannot price {what()} ({self._where()}): "
+                                     f"{str(e).splitlines()[0][:200]}") from None
+            self._priced[key] = ms
+        return ms
+
+    def _where(self) -> str:
+        return f"{self.model_id} on {self.system}, {self.engine}, TP {self.tp}, KV {self.kv_mode or 'model dtype'}"
+
+    @staticmethod
+    def _means(chunks, decode) -> tuple[int, int, int, int, int]:
+        """(chunks, mean new tokens, mean cached, decodes, mean decode context): what aiconfigurator takes."""
+        n_pre, n_dec = len(chunks), len(decode)
+        tokens = round(sum(n for n, _ in chunks) / n_pre) if n_pre else 0
+        cached = round(sum(c for _, c in chunks) / n_pre) if n_pre else 0
+        ctx = round(sum(decode) / n_dec) if n_dec else 0
+        return n_pre, tokens, cached, n_dec, ctx
 
     def time(self, step: Step) -> StepTime:
-        h = self.handle
-        n_pre, n_dec = len(step.prefill), len(step.decode)
-        where = f"{self.model_id} on {self.system}, {self.engine}, TP {self.tp}, KV {self.kv_mode or 'model dtype'}"
-        if n_pre:
-            tokens = round(sum(c.tokens for c in step.prefill) / n_pre)
-            cached = round(sum(c.cached for c in step.prefill) / n_pre)
-        if n_dec:
-            ctx = round(sum(step.decode) / n_dec)
-        try:
-            if not n_dec:
-                ms = h.predict_prefill_latency(n_pre, cached + tokens, cached)
-                how = f"predict_prefill_latency({n_pre}, isl={cached + tokens}, prefix={cached})"
-            elif not n_pre:
-                ms = h.decode_step_latency(n_dec, ctx, 1)
-                how = f"decode_step_latency({n_dec}, isl={ctx}, osl=1)"
-            else:
-                isl = cached + tokens
-                osl = max(1, 2 * (ctx - isl))  # decode context isl + osl // 2 + 1
-                ms = h.mixed_step_latency(tokens * n_pre, n_dec, isl, osl, cached)
-                how = f"mixed_step_latency({tokens * n_pre}, {n_dec}, isl={isl}, osl={osl}, prefix={cached})"
-        except (ValueError, RuntimeError, KeyError, TypeError, AssertionError) as e:
-            raise ParameterError(f"aiconfigurator cannot price {step.label()} ({where}): "
-                                 f"{str(e).splitlines()[0][:200]}") from None
-        return StepTime(float(ms), self.name, False, f"{where}: {how}")
+        query, args = self._query(*self._means([(c.tokens, c.cached) for c in step.prefill], step.decode))
+        ms = self._ms(query, args, step.label)
+        return StepTime(ms, self.name, False, f"{self._where()}: {query}{args}")
+
+    def decode_run_s(self, contexts, steps: int):
+        """[steps] seconds of consecutive decode-only steps of one batch, step j at `contexts` + j: each equals
+        `step_s([], contexts + j)` (one decode_step_latency query per distinct mean context, remembered)."""
+        import numpy as np
+        ctx = [int(c) for c in contexts]
+        b, low, s = len(ctx), min(ctx), sum(ctx)
+        out = np.empty(steps)
+        for j in range(steps):
+            total = s + b * j if low + j >= 1 else sum(max(1, c + j) for c in ctx)  # contexts >= 1
+            key = ("decode_step_latency", (b, round(total / b), 1))
+            ms = self._priced.get(key)
+            out[j] = (self._ms(*key, lambda: f"{b} decode(s)") if ms is None else ms) / 1e3
+        return out
+
+    def step_s(self, prefill, decode) -> float:
+        """The simulator's protocol without a Step per call: `time(Step(...)).ms / 1e3` (decode contexts >= 1)."""
+        dec = [max(1, int(c)) for c in decode]
+        chunks = [(int(n), int(c)) for n, c in prefill]
+        query, args = self._query(*self._means(chunks, dec))
+        return self._ms(query, args, lambda: Step(tuple(Chunk(n, c) for n, c in chunks), tuple(dec)).label()) / 1e3

@@ -170,6 +170,22 @@ class Roofline(StepTimeSource):
         _, _, _, mem_ms, cmp_ms = self._terms([max(1, int(c)) for c in decode], [(int(n), int(c)) for n, c in prefill])
         return (self.overhead_ms + max(mem_ms, cmp_ms)) / 1e3
 
+    def decode_run_s(self, contexts, steps: int) -> np.ndarray:
+        """[steps] seconds of `steps` consecutive pure-decode steps of one batch, step j at `contexts` + j ([B]):
+        what the simulator fast-forwards between events. Each figure equals `step_s([], contexts + j)` exactly
+        (integer byte sums, correctly rounded FLOP sums, the same float operations; tests/test_serve_fast.py)."""
+        ctx = np.asarray(contexts, np.int64)  # [B]
+        at = np.maximum(ctx[None, :] + np.arange(steps, dtype=np.int64)[:, None], 1)  # [steps, B]
+        b = ctx.size
+        wb = self.weight_read_bytes(b)
+        kv = self.alloc.layout.totals(at.ravel()).reshape(at.shape).sum(1)  # [steps] exact ints
+        per = self.v4.context_flops(at.ravel()) if self.v4 is not None else self._keys_flops((at + 1).ravel().astype(float))
+        f = 2 * self.active_params() * b
+        fl = np.array([(f + math.fsum(row)) / self.tp for row in per.reshape(at.shape).tolist()])  # [steps]
+        mem_ms = (wb + kv) / (self.gpu.hbm_bytes_per_s * self.memory_efficiency) * 1e3
+        cmp_ms = fl / (self.peak * self.compute_efficiency) * 1e3
+        return (self.overhead_ms + np.maximum(mem_ms, cmp_ms)) / 1e3
+
     def time(self, step: Step) -> StepTime:
         wb, kv, fl, mem_ms, cmp_ms = self._terms(list(step.decode), [(c.tokens, c.cached) for c in step.prefill])
         ms = self.overhead_ms + max(mem_ms, cmp_ms)
