@@ -2,6 +2,8 @@
 figure for figure (zero tolerance), and the step models' vectorized decode runs equal their per-step prices."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -78,6 +80,12 @@ def _cases():
             step_time("qwen3-8b", "h200", "vllm", source="aiconfigurator")
     yield "per-step-source", tr, ServeConfig(replicas=2, max_num_seqs=4), PerStepOnly(AffineStepModel())
     yield "open-loop", tr, deployment_config("qwen3-8b", "h200", tr, replicas=2, closed_loop=False), AffineStepModel()
+    # pools so small that waiting heads cannot join: closed replicas fast-forward past arrivals (round robin), or
+    # stop at them (the prefix router reads their free pages)
+    yield "blocked-heads", tr, ServeConfig(replicas=2, pool_tokens=12_000, max_num_seqs=256), slow_prefill
+    yield "blocked-heads-prefix", tr, replace(deployment_config("qwen3-8b", "h200", tr, replicas=2, router="prefix"),
+                                              pool_tokens=12_000), step_time("qwen3-8b", "h200", "vllm",
+                                                                             source="roofline")
 
 
 @pytest.mark.parametrize("case", list(_cases()), ids=lambda c: c[0])
@@ -95,3 +103,21 @@ def test_fast_forward_reports_preemptions_the_same():
     m = AffineStepModel(prefill_token_s=200e-6)
     fast, slow = simulate_serving(tr, cfg, m), simulate_serving(tr, cfg, m, fast_forward=False)
     assert fast.preemptions == slow.preemptions > 0 and fast.steps == slow.steps
+
+
+def test_a_closed_replica_fast_forwards_with_requests_waiting(monkeypatch):
+    """A replica whose waiting head cannot fit applies decode steps at once though requests wait and arrive (the
+    stretch ends at its first completion or page limit), and the run is still the step-by-step one."""
+    from kvlab.serving.replica import Replica
+    seen = []
+    advance = Replica.advance_decode
+
+    def spy(self, steps):
+        seen.append((len(self.waiting), steps))
+        advance(self, steps)
+    monkeypatch.setattr(Replica, "advance_decode", spy)
+    tr = load_trace("synthetic", limit=300, seed=3)
+    cfg, m = ServeConfig(replicas=1, pool_tokens=12_000, max_num_seqs=256), AffineStepModel(prefill_token_s=200e-6)
+    fast = simulate_serving(tr, cfg, m)
+    assert any(w and k > 1 for w, k in seen), "no stretch was applied with requests waiting"
+    assert_same_run(fast, simulate_serving(tr, cfg, m, fast_forward=False))

@@ -39,6 +39,7 @@ class Replica:
         self.steps = 0  # steps run
         self.preemptions = 0  # requests preempted (recomputed later)
         self.plan: list[tuple[int, int]] = []  # (request, tokens) scheduled in the step in flight
+        self.head_blocked = False  # the planned step's admission stopped at a waiting head its free pages cannot hold
 
     def outstanding(self) -> int:
         return len(self.waiting) + len(self.running)
@@ -70,6 +71,7 @@ class Replica:
         plan, prefill, decode = [], [], []
         load_s = 0.0
         preempted = False
+        self.head_blocked = False
         i = 0
         comp, gen, inp, held, pt = a.computed, a.generated, a.input, a.held, self.page_tokens
         running = self.running
@@ -125,6 +127,7 @@ class Replica:
                 a.computed[r] = max(0, min(a.hit_tokens_of(r, hb), a.reached[r], a.input[r] - 1))
             n = min(self._need(r), budget)
             if not self._grow(r, n):
+                self.head_blocked = True
                 break
             if a.started[r] < 0:
                 a.started[r] = now
@@ -140,11 +143,16 @@ class Replica:
         self.plan = plan
         return prefill, decode, load_s
 
+    def closed(self) -> bool:
+        """No request can join this replica's batch until a running one finishes, whatever arrives: max_num_seqs
+        are running, or the waiting head did not fit the free pages (FCFS: nobody passes it). Decode-only steps
+        free no page and hold the head's need and the token budget, so it stays so until a completion."""
+        return len(self.running) >= self.max_seqs or (bool(self.waiting) and self.head_blocked)
+
     def decode_only(self) -> bool:
         """The planned step decodes every running request, and no waiting request can join the batch until one of
-        them finishes (none waits, or max_num_seqs are running): the steps after it differ only in context."""
-        return (len(self.plan) == len(self.running) <= self.max_batched
-                and (not self.waiting or len(self.running) >= self.max_seqs))
+        them finishes (none waits, or the replica is `closed`): the steps after it differ only in context."""
+        return len(self.plan) == len(self.running) <= self.max_batched and (not self.waiting or self.closed())
 
     def decode_room(self, steps: int) -> int:
         """Most consecutive decode steps (the planned one first, at most `steps`) the running requests can take

@@ -256,8 +256,10 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
             return
         dt = _step_s(model, prefill, decode) + load_s
         if fast_forward and not prefill and rep.decode_only():
-            # the steps that end before any request can arrive only change contexts: apply them here
-            h = horizon()
+            # the steps that end before any request can arrive only change contexts: apply them here. A closed
+            # replica ignores arrivals (they queue behind a head that cannot join) unless the prefix router reads
+            # its free pages when routing them
+            h = math.inf if rep.closed() and cfg.router != "prefix" else horizon()
             if now + dt < h:
                 k = rep.decode_room(min(FAST_FORWARD_STEPS, int(min((h - now) / dt, 1e9)) + 2))
                 if k > 1:

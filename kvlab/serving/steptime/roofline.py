@@ -101,6 +101,8 @@ class Roofline(StepTimeSource):
         # DeepSeek V4 / V4.1: kvlab.attention.flops' counts of compressed entries, windows and the indexer
         self.v4 = DecodeCounter(self.spec) if self.spec.compress_ratios else None
         self._windows = None  # other layouts: attention layers per window, on first use (_keys_flops)
+        self._kv_at: list[int] = []  # [C] KV bytes of one request at context c (index c >= 1), grown on demand
+        self._flops_at: list[float] = []  # [C] attention FLOPs of one decode token at context c (same elementwise ops)
 
     # --- counts -------------------------------------------------------------------------------------------------
     def weight_read_bytes(self, tokens: int) -> float:
@@ -155,6 +157,37 @@ class Roofline(StepTimeSource):
             per = self._keys_flops(np.array(keys, float))
         return (f + math.fsum(per * weight)) / self.tp  # fsum: the same total on every CPU (a BLAS dot is not)
 
+    def _tables(self, hi: int) -> tuple[list, list]:
+        """Per-context KV bytes and decode FLOPs up to context `hi` at least: `step_s` sums entries of these (the
+        same elementwise figures `_kv_bytes` and `_flops` compute, so the same sums) instead of pricing each
+        context anew, ~10^5 steps a run. Grown by doubling; index 0 is priced as context 1."""
+        if hi >= len(self._kv_at):
+            t = np.maximum(np.arange(max(hi + 1, 2 * len(self._kv_at), 4096), dtype=np.int64), 1)  # [C]
+            self._kv_at = self.alloc.layout.totals(t).tolist()
+            self._flops_at = (self.v4.context_flops(t) if self.v4 is not None
+                              else self._keys_flops((t + 1).astype(float))).tolist()
+        return self._kv_at, self._flops_at
+
+    def _terms_fast(self, decode: list, chunks: list) -> tuple[float, float]:
+        """(memory ms, compute ms) of `_terms` from the per-context tables: equal to it figure for figure
+        (integer byte sums; the FLOP terms are the same floats, summed by the same correctly rounded fsum)."""
+        hi = max(decode, default=1)
+        for n, c in chunks:
+            hi = max(hi, c + n)
+        kv_at, fl_at = self._tables(hi)
+        tokens = sum(n for n, _ in chunks) + len(decode)
+        kv = sum(map(kv_at.__getitem__, decode)) + sum(kv_at[c] for _, c in chunks if c)
+        per = list(map(fl_at.__getitem__, decode))
+        if chunks:
+            if self.v4 is not None:
+                per += [fl_at[max(c + n // 2, 1)] * n for n, c in chunks]
+            else:
+                kf = self._keys_flops(np.array([c + (n + 1) / 2 for n, c in chunks], float))
+                per += (kf * np.array([n for n, _ in chunks], float)).tolist()
+        fl = (2 * self.active_params() * tokens + math.fsum(per)) / self.tp
+        mem_ms = (self.weight_read_bytes(tokens) + kv) / (self.gpu.hbm_bytes_per_s * self.memory_efficiency) * 1e3
+        return mem_ms, fl / (self.peak * self.compute_efficiency) * 1e3
+
     def _terms(self, decode: list, chunks: list) -> tuple[float, int, float, float, float]:
         """(weight bytes, KV bytes, FLOPs, memory ms, compute ms) of a step given as decode contexts and
         (tokens, cached) chunks: what `time` reports and `step_s` sums, computed once for both."""
@@ -167,7 +200,10 @@ class Roofline(StepTimeSource):
     def step_s(self, prefill, decode) -> float:
         """The simulator's protocol without a Step per call (the serving loop prices ~10^5 steps a run): the same
         figure as `time(Step(...)).ms / 1e3` (tests/test_steptime.py)."""
-        _, _, _, mem_ms, cmp_ms = self._terms([max(1, int(c)) for c in decode], [(int(n), int(c)) for n, c in prefill])
+        d = list(map(int, decode))
+        if d and min(d) < 1:  # a context of 0 is priced as 1
+            d = [max(1, c) for c in d]
+        mem_ms, cmp_ms = self._terms_fast(d, [(int(n), int(c)) for n, c in prefill])
         return (self.overhead_ms + max(mem_ms, cmp_ms)) / 1e3
 
     def decode_run_s(self, contexts, steps: int) -> np.ndarray:
