@@ -119,8 +119,8 @@ class Roofline(StepTimeSource):
         return self._kv_bytes(list(step.decode), [(c.tokens, c.cached) for c in step.prefill])
 
     def _kv_bytes(self, decode: list, chunks: list) -> int:
-        ctx = decode + [c for _, c in chunks if c]
-        return int(self.alloc.layout.totals(np.array(ctx, np.int64)).sum()) if ctx else 0
+        kv_at, _ = self._tables(decode, chunks)
+        return sum(map(kv_at.__getitem__, decode)) + sum(kv_at[c] for _, c in chunks if c)
 
     def active_params(self) -> float:
         if not self.experts:
@@ -147,46 +147,30 @@ class Roofline(StepTimeSource):
         return self._flops(list(step.decode), [(c.tokens, c.cached) for c in step.prefill], step.tokens)
 
     def _flops(self, decode: list, chunks: list, tokens: int) -> float:
-        f = 2 * self.active_params() * tokens
-        weight = np.array([1] * len(decode) + [n for n, _ in chunks], float)  # tokens priced alike
-        if self.v4 is not None:  # compressed entries, windows and the indexer at each context
-            at = decode + [max(c + n // 2, 1) for n, c in chunks]
-            per = self.v4.context_flops(np.array(at, np.int64))
-        else:  # a decode sees its context + 1 keys; a causal chunk's tokens cached + 1 .. cached + tokens
-            keys = [d + 1 for d in decode] + [c + (n + 1) / 2 for n, c in chunks]
-            per = self._keys_flops(np.array(keys, float))
-        return (f + math.fsum(per * weight)) / self.tp  # fsum: the same total on every CPU (a BLAS dot is not)
+        _, fl_at = self._tables(decode, chunks)
+        per = list(map(fl_at.__getitem__, decode))  # a decode token at each context
+        if chunks:  # a chunk's tokens priced alike, at its middle
+            if self.v4 is not None:  # compressed entries, windows and the indexer at each context
+                per += [fl_at[max(c + n // 2, 1)] * n for n, c in chunks]
+            else:  # a causal chunk's tokens see cached + 1 .. cached + tokens keys
+                kf = self._keys_flops(np.array([c + (n + 1) / 2 for n, c in chunks], float))
+                per += (kf * np.array([n for n, _ in chunks], float)).tolist()
+        # fsum: the same total on every CPU (a BLAS dot is not)
+        return (2 * self.active_params() * tokens + math.fsum(per)) / self.tp
 
-    def _tables(self, hi: int) -> tuple[list, list]:
-        """Per-context KV bytes and decode FLOPs up to context `hi` at least: `step_s` sums entries of these (the
-        same elementwise figures `_kv_bytes` and `_flops` compute, so the same sums) instead of pricing each
-        context anew, ~10^5 steps a run. Grown by doubling; index 0 is priced as context 1."""
+    def _tables(self, decode: list, chunks: list) -> tuple[list, list]:
+        """Per-context KV bytes and decode-token attention FLOPs, [C] each (index c: context c; 0 priced as 1),
+        covering every context of the step: a step's figures are sums of their entries, so the serving loop's
+        ~10^5 steps a run look contexts up instead of pricing each anew. Grown by doubling."""
+        hi = max(decode, default=1)
+        for n, c in chunks:
+            hi = max(hi, c + n)
         if hi >= len(self._kv_at):
             t = np.maximum(np.arange(max(hi + 1, 2 * len(self._kv_at), 4096), dtype=np.int64), 1)  # [C]
             self._kv_at = self.alloc.layout.totals(t).tolist()
             self._flops_at = (self.v4.context_flops(t) if self.v4 is not None
-                              else self._keys_flops((t + 1).astype(float))).tolist()
+                              else self._keys_flops((t + 1).astype(float))).tolist()  # a decode sees context + 1 keys
         return self._kv_at, self._flops_at
-
-    def _terms_fast(self, decode: list, chunks: list) -> tuple[float, float]:
-        """(memory ms, compute ms) of `_terms` from the per-context tables: equal to it figure for figure
-        (integer byte sums; the FLOP terms are the same floats, summed by the same correctly rounded fsum)."""
-        hi = max(decode, default=1)
-        for n, c in chunks:
-            hi = max(hi, c + n)
-        kv_at, fl_at = self._tables(hi)
-        tokens = sum(n for n, _ in chunks) + len(decode)
-        kv = sum(map(kv_at.__getitem__, decode)) + sum(kv_at[c] for _, c in chunks if c)
-        per = list(map(fl_at.__getitem__, decode))
-        if chunks:
-            if self.v4 is not None:
-                per += [fl_at[max(c + n // 2, 1)] * n for n, c in chunks]
-            else:
-                kf = self._keys_flops(np.array([c + (n + 1) / 2 for n, c in chunks], float))
-                per += (kf * np.array([n for n, _ in chunks], float)).tolist()
-        fl = (2 * self.active_params() * tokens + math.fsum(per)) / self.tp
-        mem_ms = (self.weight_read_bytes(tokens) + kv) / (self.gpu.hbm_bytes_per_s * self.memory_efficiency) * 1e3
-        return mem_ms, fl / (self.peak * self.compute_efficiency) * 1e3
 
     def _terms(self, decode: list, chunks: list) -> tuple[float, int, float, float, float]:
         """(weight bytes, KV bytes, FLOPs, memory ms, compute ms) of a step given as decode contexts and
@@ -203,7 +187,7 @@ class Roofline(StepTimeSource):
         d = list(map(int, decode))
         if d and min(d) < 1:  # a context of 0 is priced as 1
             d = [max(1, c) for c in d]
-        mem_ms, cmp_ms = self._terms_fast(d, [(int(n), int(c)) for n, c in prefill])
+        _, _, _, mem_ms, cmp_ms = self._terms(d, [(int(n), int(c)) for n, c in prefill])
         return (self.overhead_ms + max(mem_ms, cmp_ms)) / 1e3
 
     def decode_run_s(self, contexts, steps: int) -> np.ndarray:
