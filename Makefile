@@ -77,10 +77,11 @@ notebooks: setup
 	  $(BIN)/python -m kvlab.nb.nbclean "$$nb"; done
 
 # Retrain the small committed checkpoints (data/checkpoints/<name>/) from scratch, one thread each (the reference
-# run is bit-reproducible on one machine): measured 41 min dense (2,444 s), 81 min MLA (4,870 s, beside another run),
-# the V4.1-like stack 1.9 h (6,825 s; 1-3 s a step): 3.9 h in all, one after another (docs/training-notes.md).
+# run is bit-reproducible on one machine; --state keeps each run resumable after an interruption): measured 31 min
+# dense (1,852 s), 44 min MLA (2,614 s), 75 min the V4.1-like stack (4,522 s), about 2.5 h in all one after another,
+# plus the evaluations every 250 steps (docs/training-notes.md).
 train: setup
-	$(BIN)/kvlab train all --threads 1 --quiet
+	$(BIN)/kvlab train all --threads 1 --quiet --state runs/train-state
 
 # kvpress (NVIDIA/kvpress, PyPI 0.5.5) as the oracle of kvlab.hf.presses: it pins transformers < 5.3, so it lives in a
 # venv of its own (about 2.5 min and 1.4 GB to build on first use), and tests/test_kvpress_oracle.py runs its presses

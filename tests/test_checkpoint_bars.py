@@ -12,10 +12,7 @@ ALL = ("copy_gain", "copy_accuracy", "heldout_loss", "niah", "second_task", "nia
 # bars a checkpoint does not reach at the 2-core budget (training notes: docs/training-notes.md), with the floor its
 # fast check must still clear: {bar: floor}
 SHORT = {
-    # needles at the start of the context: at depth 0.05 (1,024 tokens, BF16) 23 / 32 = 0.719 [0.546, 0.844] on one
-    # seed, 14 / 16 on another (bars.check's), 37 / 48 = 0.771 [0.634, 0.867] together, under the bar; every other
-    # decile 0.84-1.00 (training notes). The fast check's 4 samples a decile cannot see it, so the bar is not claimed.
-    "qwen3-tiny": {"niah_every_decile": 0.6},
+    "qwen3-tiny": {},
     "deepseek-v3-tiny": {},
     "kvlab-v41-tiny": {},
 }

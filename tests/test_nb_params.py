@@ -135,10 +135,10 @@ def test_notebook_08_parameters():
                        (dict(halfwidth="0.05"), "parameter halfwidth")):
         with pytest.raises(ParameterError, match=match):
             QualityParams.of({**p, **bad})
-    # the defaults draw until every accuracy interval is +-0.1 (97 samples bound any), in FP32 compute (a CPU without
-    # BF16 instructions emulates BF16 matmuls); halfwidth=0.05 draws up to 385
-    assert (q.halfwidth, q.max_samples, q.compute_dtype) == (0.1, 97, "float32") and q.samples < q.max_samples
-    assert QualityParams.of({**p, "halfwidth": 0.05}).max_samples == 385
+    # the defaults draw until every accuracy interval is +-0.05 (385 samples bound any), in FP32 compute (a CPU
+    # without BF16 instructions emulates BF16 matmuls); halfwidth=0.1 draws up to 97
+    assert (q.halfwidth, q.max_samples, q.compute_dtype) == (0.05, 385, "float32") and q.samples < q.max_samples
+    assert QualityParams.of({**p, "halfwidth": 0.1}).max_samples == 97
     assert QualityParams.of({**p, "halfwidth": 0, "samples": 40}).max_samples == 40  # 0: exactly `samples`
     # full=True: the complete grid, every press at three budgets, every setting at both contexts, +-0.05
     f = QualityParams.of({**p, "full": True})

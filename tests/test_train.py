@@ -1,6 +1,8 @@
 """kvlab.train's models and committed checkpoints: loading, bytes, quality against an untrained model, and a short
 retrain that reproduces the start of each committed loss curve (within a tolerance: floats differ between CPUs)."""
 import json
+from dataclasses import replace
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -10,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 from kvlab.cli import main
 from kvlab.errors import ParameterError
 from kvlab.layout import build_layout
-from kvlab.train import checkpoint_dir, evaluate, load_corpus, load_record, retrain
+from kvlab.train import checkpoint_dir, evaluate, load_corpus, load_record, retrain, train
 from kvlab.train.loop import TrainConfig, step_batch
 from kvlab.train.models import build_model, count_parameters
 from kvlab.train.v41 import KvlabV41ForCausalLM, plan_of, to_stack
@@ -212,13 +214,67 @@ def test_batches_are_seeded():
     assert int((short == 1).sum()) == round(len(short) * (cfg.copy_fraction + cfg.task_fraction))
 
 
+def test_few_rows_a_step_keep_every_share():
+    """Two rows of 2,048 tokens a step cannot hold a quarter of task rows each step: the shares alternate over steps
+    instead of rounding the tasks away, and the task rotation still reaches every task."""
+    from kvlab.train.loop import _share
+    cfg = TrainConfig(stages=((2, 1024), (40, 2048)), steps=40)
+    corpus = load_corpus()
+    kinds = [step_batch(cfg, corpus, s)[2] for s in range(2, 40)]
+    n = len(kinds)
+    assert all(len(k) == 2 for k in kinds)
+    assert sum(int((k == 2).sum()) for k in kinds) == n // 2  # a quarter of 2 rows: one task row every other step
+    assert sum(int((k == 1).sum()) for k in kinds) == n  # half of 2 rows: one copy row a step
+    assert [_share(s, Fraction(4, 1)) for s in range(5)] == [4] * 5  # whole shares are the old counts
+    assert sum(_share(s, Fraction(3, 8)) for s in range(8)) == 3
+
+
+def test_long_rows_practise_short_copies_and_edge_needles():
+    """copy_short caps the shortest planted string of long rows; edge_fraction puts that share of long niah rows'
+    asked fact in the first or last tenth; neither touches rows below their lengths (a recipe's shorter stages)."""
+    from kvlab.train.loop import _edge
+    base = replace(TrainConfig(), copy_short=0, edge_fraction=0.0)  # the recipe before these two options
+    cfg = replace(base, copy_short=64, edge_fraction=0.5)
+    corpus = load_corpus()
+    for step in (0, 2100, 3000, 3500):  # 64- to 512-token rows: the same batches as without the options
+        assert all(torch.equal(a, b) for a, b in zip(step_batch(base, corpus, step), step_batch(cfg, corpus, step)))
+    long_base, long_cfg = step_batch(base, corpus, 3700), step_batch(cfg, corpus, 3700)  # 1,024-token rows differ
+    assert not torch.equal(long_base[0], long_cfg[0])
+    depths = [_edge(cfg, "niah", seed, 1024).get("depth") for seed in range(400)]
+    edge = [d for d in depths if d is not None]
+    assert 150 < len(edge) < 250 and all(d <= 0.1 or d >= 0.9 for d in edge)
+    assert any(d <= 0.1 for d in edge) and any(d >= 0.9 for d in edge)
+    assert _edge(cfg, "niah", 1, 512) == {} and _edge(cfg, "recall", 1, 1024) == {} and _edge(base, "niah", 1, 4096) == {}
+    from kvlab.train import tasks as T
+    s = T.get_task("niah").training_sample(7, 1024, depth=0.0)
+    assert s.text.startswith("The code ")  # the asked fact first; other needles elsewhere
+
+
+def test_a_stopped_run_resumes_bit_for_bit(tmp_path):
+    """train(state=...) keeps the run resumable: stopped after 3 steps and resumed, it ends with the same weights
+    and curve as one uninterrupted run; a state of other settings is refused with one message."""
+    cfg = TrainConfig(steps=6, stages=((3, 64), (6, 128)), eval_every=100, batch_tokens=1024)
+    whole = train(cfg, progress=False, evaluate_final=False)
+    state = tmp_path / "run.pt"
+    train(cfg, stop_after=3, progress=False, evaluate_final=False, state=state)
+    resumed = train(cfg, progress=False, evaluate_final=False, state=state)
+    for a, b in zip(whole.model.state_dict().values(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b)
+    assert resumed.curve["text_loss"] == whole.curve["text_loss"] and resumed.curve["step"] == list(range(6))
+    with pytest.raises(ParameterError, match="other settings"):
+        train(replace(cfg, lr=1e-3), progress=False, evaluate_final=False, state=state)
+    (tmp_path / "junk.pt").write_text("not a state")
+    with pytest.raises(ParameterError, match="not a kvlab training state"):
+        train(cfg, progress=False, evaluate_final=False, state=tmp_path / "junk.pt")
+
+
 def test_length_curriculum_and_legacy_records():
     cfg = TrainConfig(steps=10, stages=((3, 128), (6, 256), (8, 1024)), batch_tokens=2048)
     assert [cfg.length(i) for i in range(10)] == [128] * 3 + [256] * 3 + [1024] * 4 and cfg.max_length == 1024
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
     old = cfg.to_dict()
     for k in ("stages", "copy_fraction", "task_dense", "beta2", "copy_weight", "eval_tasks", "eval_depth_samples",
-              "eval_copy_strings", "copy_span", "task_min_length"):
+              "eval_copy_strings", "copy_span", "task_min_length", "copy_short", "edge_fraction", "edge_min_length"):
         del old[k]
     legacy = TrainConfig.from_dict(old)  # a record written before the curriculum: the recipe of that time
     assert legacy.stages == () and legacy.copy_fraction == 0 and [legacy.length(i) for i in range(4)] == [
@@ -230,7 +286,8 @@ def test_length_curriculum_and_legacy_records():
                                  dict(task_fraction=1.5), dict(save_dtype="int8"),
                                  dict(stages=((10, 128), (5, 256))), dict(stages=((10, 8),)),
                                  dict(copy_fraction=0.7, task_fraction=0.5), dict(eval_tasks=("copy",)),
-                                 dict(beta2=0.0)])
+                                 dict(beta2=0.0), dict(copy_short=-1), dict(edge_fraction=1.5),
+                                 dict(edge_min_length=0)])
 def test_bad_recipe(bad):
     with pytest.raises(ParameterError):
         TrainConfig(**bad)

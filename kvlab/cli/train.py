@@ -15,7 +15,7 @@ def register(sub) -> None:
     p.add_argument("arch", nargs="*", default=["all"], metavar="ARCH",
                    help="architectures: dense, mla, v41 (kvlab.train.models.ARCHS) or all (default all)")
     p.add_argument("--size", default="tiny",
-                   help="size preset: tiny (1 CPU thread: 41 min dense, 81 min MLA, about 2 h V4.1-like), small, base "
+                   help="size preset: tiny (1 CPU thread: 31 min dense, 44 min MLA, 75 min V4.1-like), small, base "
                         "(kvlab.train.sizes.SIZES)")
     p.add_argument("--steps", type=count("--steps"), default=None,
                    help="optimizer steps (default: the recipe's, kvlab.train.TrainConfig.steps)")
@@ -29,6 +29,9 @@ def register(sub) -> None:
     p.add_argument("--threads", type=count("--threads"), default=None,
                    help="torch CPU threads (1 reproduces a reference run bit for bit on one machine)")
     p.add_argument("--out", default=CHECKPOINTS, help=f"parent directory of the checkpoints (default {CHECKPOINTS})")
+    p.add_argument("--state", default=None, metavar="DIR",
+                   help="keep each run resumable in DIR/<name>.pt (written at every evaluation); a run whose state is "
+                        "there continues from it, bit for bit (make train: runs/train-state)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print each run's final figures as JSON")
     p.set_defaults(func=cmd_train)
@@ -60,7 +63,8 @@ def cmd_train(args) -> int:
     rows = []
     for a in archs:
         cfg = replace(TrainConfig(arch=a, size=args.size, seed=args.seed, device=args.device), **over)
-        r = train(cfg, progress=not args.quiet)
+        state = Path(args.state) / f"{cfg.name}.pt" if args.state else None
+        r = train(cfg, progress=not args.quiet, state=state)
         path = save(r, Path(args.out) / cfg.name)
         row = {"name": cfg.name, "path": str(path), "parameters": r.record["parameters"],
                "wall_s": r.record["volatile"]["wall_s"], "final_text_loss": r.curve["text_loss"][-1],

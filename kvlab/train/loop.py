@@ -22,8 +22,11 @@ from __future__ import annotations
 import copy
 import json
 import math
+import pickle
+import random
 import time
 from dataclasses import asdict, dataclass, field, replace
+from fractions import Fraction
 from pathlib import Path
 
 import torch
@@ -48,13 +51,14 @@ RECIPE_STAGES: tuple[Stage, ...] = ((2000, 64), (2600, 128), (3200, 256), (3600,
 # values of fields a record written before they existed implies (the recipe of that time)
 LEGACY = {"stages": (), "copy_fraction": 0.0, "task_dense": 0.0, "beta2": 0.95, "copy_weight": 1.0,
           "eval_tasks": ("mqar", "needle", "vartrack"), "copy_span": (0.125, 0.5), "task_min_length": 16,
+          "copy_short": 0, "edge_fraction": 0.0, "edge_min_length": 1024,
           "eval_depth_samples": 0, "eval_copy_strings": 8}
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     """One training run. Defaults: the recipe of the committed checkpoints (issue 20: models that retrieve; measured
-    in docs/training-notes.md): at 1 CPU thread about 40 min dense, 70 min MLA, some 15 h V4.1-like."""
+    in docs/training-notes.md): at 1 CPU thread about 31 min dense, 44 min MLA, 75 min V4.1-like."""
 
     arch: str = "dense"  # one of models.ARCHS
     size: str = "tiny"  # one of sizes.SIZES
@@ -65,9 +69,14 @@ class TrainConfig:
     copy_fraction: float = 0.5  # share of each step's rows that are copy rows (kvlab.train.mix)
     copy_weight: float = 1.0  # weight of the copy rows' every-token loss
     copy_span: tuple[float, float] = (0.125, 0.5)  # planted string length, as fractions of the row (uniform)
+    copy_short: int = 64  # the shortest planted string is at most this many bytes (0: no cap), so long rows still
+    #                      practise short look-backs
     task_fraction: float = 0.25  # share of each step's rows given to the tasks
     tasks: tuple[str, ...] = ("niah", "recall", "niah", "recall", "vartrack", "mqar")  # task rows, in rotation
     task_min_length: int = 128  # rows shorter than this carry no task (their task share goes to copy rows)
+    edge_fraction: float = 1.0  # share of the niah rows of at least edge_min_length tokens whose asked fact sits in
+    #                             the first or last tenth of the filler (uniform depth otherwise)
+    edge_min_length: int = 1024  # the shortest row that edge_fraction applies to
     task_weight: float = 1.0  # weight of the task loss (answer tokens) beside the text loss
     task_dense: float = 1.0  # weight of a task row's every-token loss (dense supervision of its copied spans)
     lr: float = 3e-3  # peak learning rate
@@ -93,8 +102,9 @@ class TrainConfig:
         need_choice("size", self.size, SIZES)
         need_int("steps", self.steps, 1)
         for n in ("batch_tokens", "warmup", "eval_every", "eval_windows", "eval_samples", "eval_length",
-                  "eval_depth_samples", "eval_copy_strings", "task_min_length"):
-            need_int(n, getattr(self, n), 0 if n in ("warmup", "eval_depth_samples") else 1)
+                  "eval_depth_samples", "eval_copy_strings", "task_min_length", "copy_short",
+                  "edge_min_length"):
+            need_int(n, getattr(self, n), 0 if n in ("warmup", "eval_depth_samples", "copy_short") else 1)
         if not self.lengths and not self.stages:
             raise ParameterError("lengths (or stages) must name at least one sequence length")
         prev = 0
@@ -109,6 +119,7 @@ class TrainConfig:
                 raise ParameterError(f"{self.batch_tokens // n} rows of {n} a step: at most 999 (row seeds)")
         need_number("task_fraction", self.task_fraction, 0.0, 1.0)
         need_number("copy_fraction", self.copy_fraction, 0.0, 1.0)
+        need_number("edge_fraction", self.edge_fraction, 0.0, 1.0)
         if self.task_fraction + self.copy_fraction > 1.0:
             raise ParameterError("task_fraction + copy_fraction is more than 1")
         for t in self.tasks + self.eval_tasks:
@@ -186,22 +197,47 @@ def step_batch(cfg: TrainConfig, corpus, step: int) -> tuple[torch.Tensor, torch
     COPY, TASK). Text and copy rows are labelled everywhere, task rows on their answers."""
     length = cfg.length(step)
     rows = cfg.batch_tokens // length
-    n_task = round(rows * cfg.task_fraction) if cfg.tasks and length >= cfg.task_min_length else 0
-    n_copy = min(rows - n_task, round(rows * (cfg.copy_fraction + (0 if n_task else cfg.task_fraction))))
+    tasks_here = bool(cfg.tasks) and cfg.task_fraction > 0 and length >= cfg.task_min_length
+    task_rows = rows * Fraction(str(cfg.task_fraction)) if tasks_here else Fraction(0)  # task rows a step, on average
+    n_task = _share(step, task_rows)
+    copy_share = cfg.copy_fraction + (0 if tasks_here else cfg.task_fraction)
+    n_copy = min(rows - n_task, _share(step, rows * Fraction(str(copy_share))))
     n_text = rows - n_task - n_copy
+    first_task = math.floor(step * task_rows)  # task rows of earlier steps at this rate: the rotation goes on
     ids = [corpus.windows("train", n_text, length, seed=_seed(cfg.seed, step, 0))] if n_text else []
     if n_copy:
         lo, hi = (max(2, int(f * length)) for f in cfg.copy_span)
+        lo = min(lo, cfg.copy_short) if cfg.copy_short else lo
         span = (min(lo, (length - 1) // 2), min(hi, (length - 1) // 2))
         ids.append(copy_rows(corpus, "train", _seed(cfg.seed, step, 999), n_copy, length, span=span)[0])
     labels = [x.clone() for x in ids]
     for j in range(n_task):
-        task = T.TASKS[cfg.tasks[(step * n_task + j) % len(cfg.tasks)]]
-        i, lab = T.render(task.training_sample(_seed(cfg.seed, step, j + 1), length))
+        task = T.TASKS[cfg.tasks[(first_task + j) % len(cfg.tasks)]]
+        seed = _seed(cfg.seed, step, j + 1)
+        i, lab = T.render(task.training_sample(seed, length, **_edge(cfg, task.name, seed, length)))
         ids.append(i[None])
         labels.append(lab[None])
     kind = torch.tensor([TEXT] * n_text + [COPY] * n_copy + [TASK] * n_task)
     return torch.cat(ids), torch.cat(labels), kind
+
+
+def _edge(cfg: TrainConfig, task: str, seed: int, length: int) -> dict:
+    """A niah training row's depth option: with probability edge_fraction (rows of edge_min_length tokens or more),
+    a depth in the first or last tenth of the filler, where a needle is farthest from or nearest to its question."""
+    if task != "niah" or not cfg.edge_fraction or length < cfg.edge_min_length:
+        return {}
+    rng = random.Random(f"edge:{seed}")
+    if rng.random() >= cfg.edge_fraction:
+        return {}
+    d = rng.uniform(0.0, 0.1)
+    return {"depth": d if rng.random() < 0.5 else 1.0 - d}
+
+
+def _share(step: int, per_step: Fraction) -> int:
+    """Rows of one kind at `step` when a step holds `per_step` of them on average: the whole number when it is one,
+    else floor((step + 1) x) - floor(step x), so few rows a step (2 rows of 2,048 tokens) still keep every share over
+    consecutive steps instead of rounding one away."""
+    return math.floor((step + 1) * per_step) - math.floor(step * per_step)
 
 
 def _seed(seed: int, step: int, j: int) -> int:
@@ -274,11 +310,14 @@ def _logits(model, ids):
 
 # --- training -----------------------------------------------------------------------------------------
 def train(cfg: TrainConfig, stop_after: int | None = None, progress: bool = True, evaluate_final: bool = True,
-          log=None) -> Result:
+          log=None, state: str | Path | None = None, state_every: int = 0) -> Result:
     """Train `cfg` from scratch. `stop_after` ends after that many steps with the schedule of the full run
     (so a short rerun reproduces the start of a committed curve); `log(evaluation)` is called after each
-    evaluation (e.g. to follow a long run)."""
+    evaluation (e.g. to follow a long run). `state`: a file that keeps the run resumable (weights, optimizer, curve,
+    step; written every `state_every` steps, 0: at evaluations, and at the end); a run started with an existing state
+    file of the same config continues from it, with the same curve and weights as an uninterrupted run."""
     steps = cfg.steps if stop_after is None else min(cfg.steps, need_int("stop_after", stop_after, 1))
+    need_int("state_every", state_every, 0)
     corpus = load_corpus(cfg.corpus_seed)
     dev = torch.device(cfg.device)
     model = build_model(cfg.arch, cfg.size, cfg.seed).to(dev)
@@ -289,9 +328,15 @@ def train(cfg: TrainConfig, stop_after: int | None = None, progress: bool = True
                              {"params": other, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, cfg.beta2))
     curve = {"step": [], "lr": [], "length": [], "text_loss": [], "copy_loss": [], "task_loss": [], "dense_loss": [],
              "aux_loss": [], "eval": []}
+    start, before = 0, 0.0  # first step to run, wall seconds of the run so far
+    if state is not None and Path(state).exists():
+        start, before, curve = load_state(state, cfg, model, opt)
+        if start > steps:
+            raise ParameterError(f"{state}: the saved run is at step {start}, past the {steps} steps asked")
     from tqdm.auto import tqdm
-    bar = tqdm(range(steps), desc=f"train {cfg.name}", unit="step", disable=not progress)
-    t0 = time.perf_counter()
+    bar = tqdm(range(start, steps), desc=f"train {cfg.name}", unit="step", disable=not progress, initial=start,
+               total=steps)
+    t0 = time.perf_counter() - before
     for step in bar:
         ids, labels, kind = step_batch(cfg, corpus, step)
         lr = cfg.lr_at(step)
@@ -323,6 +368,8 @@ def train(cfg: TrainConfig, stop_after: int | None = None, progress: bool = True
             bar.write(f"step {step + 1}: held-out {ev['heldout_loss']:.3f} nats/byte; " +
                       ", ".join(f"{k} {v:.2f}" for k, v in ev["tasks"].items()) +
                       f"; copy gain {ev['copy_gain']:.2f} nats/byte, accuracy {ev['copy_accuracy']:.2f}")
+        if state is not None and (last or (step + 1) % (state_every or cfg.eval_every) == 0):
+            save_state(state, cfg, model, opt, curve, step + 1, time.perf_counter() - t0)
     wall = time.perf_counter() - t0
     model.eval()
     record = _record(cfg, corpus, model, steps, wall)
@@ -333,6 +380,33 @@ def train(cfg: TrainConfig, stop_after: int | None = None, progress: bool = True
                                          tasks=cfg.eval_tasks, device=dev, depth_samples=cfg.eval_depth_samples,
                                          copy_strings=cfg.eval_copy_strings)
     return Result(model, cfg, curve, record, final)
+
+
+def save_state(path: str | Path, cfg: TrainConfig, model, opt, curve: dict, step: int, wall: float) -> Path:
+    """Write a run's resumable state (atomically: a run stopped while writing keeps the previous state)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"config": cfg.to_dict(), "step": step, "wall_s": wall, "curve": curve, "model": model.state_dict(),
+                "optimizer": opt.state_dict()}, tmp)
+    tmp.replace(path)
+    return path
+
+
+def load_state(path: str | Path, cfg: TrainConfig, model, opt) -> tuple[int, float, dict]:
+    """Load a state written by save_state into `model` and `opt`: (next step, wall seconds so far, curve)."""
+    try:
+        saved = torch.load(Path(path), map_location="cpu", weights_only=False)
+        saved_cfg = saved["config"]
+    except (OSError, RuntimeError, KeyError, TypeError, EOFError, pickle.UnpicklingError) as e:
+        raise ParameterError(f"{path}: not a kvlab training state ({str(e).splitlines()[0]})") from None
+    if saved_cfg != cfg.to_dict():
+        diff = sorted(k for k in set(saved_cfg) | set(cfg.to_dict()) if saved_cfg.get(k) != cfg.to_dict().get(k))
+        raise ParameterError(f"{path}: saved by a run with other settings ({', '.join(diff)}); "
+                             "resume it with the same settings or remove the file")
+    model.load_state_dict(saved["model"])
+    opt.load_state_dict(saved["optimizer"])
+    return int(saved["step"]), float(saved["wall_s"]), saved["curve"]
 
 
 def _record(cfg, corpus, model, steps, wall) -> dict:

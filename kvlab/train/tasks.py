@@ -305,10 +305,11 @@ class Task:
         """Accuracy of a guesser uniform over the answer alphabet."""
         return len(self.answer_alphabet) ** -self.answer_len(options)
 
-    def training_sample(self, seed: int, length: int) -> Sample:
+    def training_sample(self, seed: int, length: int, **options) -> Sample:
         """A training sample whose difficulty (pairs, needles, hops) is drawn from the seed: easy samples teach the
-        lookup that the hard ones (the generator's defaults, used for evaluation) need."""
-        return self.generate(seed, length, **self.curriculum(random.Random(f"{self.name}-curriculum:{seed}"), length))
+        lookup that the hard ones (the generator's defaults, used for evaluation) need; `options` override."""
+        drawn = self.curriculum(random.Random(f"{self.name}-curriculum:{seed}"), length)
+        return self.generate(seed, length, **{**drawn, **options})
 
     def samples(self, seed: int, n: int, length: int, **options) -> list[Sample]:
         """`n` samples with seeds seed * 1_000_003 + i (one stream per seed)."""
