@@ -17,7 +17,8 @@ Per policy, at one capacity (4.5% of the unique blocks, as in the issue's 8,210-
 Every row asserts the same hits from kvlab and libCacheSim. Then the full curve on the million-request stream: LRU
 by stack distances (every capacity) and every other policy at 100 capacities, in numba's threads. The machine is
 shared: each figure is repeated and reported as a range (min-max), ratios from the best times.
-Goals (issue 13): every policy >= 10x libCacheSim on the same stream; the full curve in < 10 s on 2 cores.
+Goals: every policy >= 10x libCacheSim on the same stream (issue 13), >= 2x its binary-trace `process_trace` end to
+end (issue 22); the full curve in < 10 s on 2 cores.
 """
 from __future__ import annotations
 

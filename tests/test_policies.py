@@ -202,3 +202,15 @@ def test_curve_arguments_refused():
     with pytest.raises(ParameterError, match="admission must be one of"):
         cache_hits(tr, "lru", [5], admission="never")
     assert NEVER == np.iinfo(np.int64).max
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_next_uses_equal_next_access(seed):
+    """The compiled one-pass next uses (Belady's preparation) equal kvlab.sim.stackdist.next_access's sorted ones,
+    and its most-accesses count equals bincount's."""
+    from kvlab.sim import policy_kernels as pk
+    from kvlab.sim.stackdist import next_access
+    ids = np.random.default_rng(seed).integers(0, 50, 2000)
+    dense, n, nxt, mf = pk.stream_arrays(ids, True)
+    assert np.array_equal(nxt, next_access(dense)) and mf == int(np.bincount(dense).max())
+    assert pk.stream_arrays(ids[:0], True)[2].shape == (0,)

@@ -531,8 +531,147 @@ def _run_s3fifo(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_fre
     return _run_body(S3FIFO, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
 
 
+def _run_arc_body(cap, ids, off, inp, block_tokens, admit, n):
+    """ARC over the block stream with the same rules as _arc_lookup / _arc_insert (libCacheSim's ARC, hence the
+    reference class's), its four lists in arrays of their own and its sizes, target and flags in locals: the
+    generic tier row (S, iv, fv) keeps them in memory the compiler must reload around every list update, which
+    made ARC the slowest runner. Lists 0-3 (T1, T2, B1, B2) have sentinels n..n+3; nx points toward the oldest."""
+    nx = np.empty(n + 4, np.int32)
+    pv = np.empty(n + 4, np.int32)
+    for s in range(n, n + 4):
+        nx[s] = s
+        pv[s] = s
+    tag = np.zeros(n, np.int8)
+    t1 = 0
+    t2 = 0
+    b1 = 0
+    b2 = 0
+    p = 0.0
+    fa = False
+    fb = False
+    fg = False
+    cnt = np.zeros(n if admit > 1 else 0, np.int32)
+    found = 0
+    pblocks = 0
+    ptokens = 0
+    R = len(off) - 1
+    for r in range(R):
+        a0 = off[r]
+        a1 = off[r + 1]
+        intact = True
+        for a in range(a0, a1):
+            b = ids[a]
+            t = tag[b]
+            fg = False
+            if t == 1 or t == 2:  # a hit: to T2's newest end
+                fa = False
+                fb = False
+                q = pv[b]
+                o = nx[b]
+                nx[q] = o
+                pv[o] = q
+                h = nx[n + 1]
+                nx[b] = h
+                pv[b] = n + 1
+                pv[h] = b
+                nx[n + 1] = b
+                if t == 1:
+                    tag[b] = 2
+                    t1 -= 1
+                    t2 += 1
+                found += 1
+                if intact:
+                    pblocks += 1
+                    ptokens += block_tokens if a < a1 - 1 else inp[r] - (a1 - a0 - 1) * block_tokens
+                continue
+            intact = False
+            if t == 3 or t == 4:  # a ghost hit: adapt the target, leave the ghost list
+                if t == 3:
+                    fa = True
+                    fb = False
+                    p = min(p + max(b2 / b1, 1.0), float(cap))
+                    b1 -= 1
+                else:
+                    fa = False
+                    fb = True
+                    p = max(p - max(b1 / b2, 1.0), 0.0)
+                    b2 -= 1
+                fg = True
+                q = pv[b]
+                o = nx[b]
+                nx[q] = o
+                pv[o] = q
+                tag[b] = 0
+            if admit > 1:
+                cnt[b] += 1
+                if cnt[b] < admit:
+                    continue
+            if t1 + t2 >= cap:  # evict (_arc_evict, then _arc_replace)
+                replace = True
+                if not (fg and (fa or fb)):
+                    if t1 + b1 + 1 > cap:
+                        if b1 > 0:
+                            g = pv[n + 2]
+                            q = pv[g]
+                            nx[q] = n + 2
+                            pv[n + 2] = q
+                            tag[g] = 0
+                            b1 -= 1
+                        else:
+                            v = pv[n]
+                            q = pv[v]
+                            nx[q] = n
+                            pv[n] = q
+                            tag[v] = 0
+                            t1 -= 1
+                            replace = False
+                    elif t1 + b1 + t2 + b2 >= 2 * cap and b2 > 0:
+                        g = pv[n + 3]
+                        q = pv[g]
+                        nx[q] = n + 3
+                        pv[n + 3] = q
+                        tag[g] = 0
+                        b2 -= 1
+                if replace:
+                    if (t1 > 0 and (t1 > p or (t1 == p and fb))) or t2 == 0:
+                        src, dst, mark = n, n + 2, 3
+                        t1 -= 1
+                        b1 += 1
+                    else:
+                        src, dst, mark = n + 1, n + 3, 4
+                        t2 -= 1
+                        b2 += 1
+                    v = pv[src]
+                    q = pv[v]
+                    nx[q] = src
+                    pv[src] = q
+                    h = nx[dst]
+                    nx[v] = h
+                    pv[v] = dst
+                    pv[h] = v
+                    nx[dst] = v
+                    tag[v] = mark
+            if fg and (fa or fb):  # back from a ghost list: straight to T2
+                dst = n + 1
+                tag[b] = 2
+                t2 += 1
+                fa = False
+                fb = False
+                fg = False
+            else:
+                dst = n
+                tag[b] = 1
+                t1 += 1
+            h = nx[dst]
+            nx[b] = h
+            pv[b] = dst
+            pv[h] = b
+            nx[dst] = b
+    return found, pblocks, ptokens
+
+
 def _run_arc(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
-    return _run_body(ARC, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
+    return _run_arc_body(cap, ids, off, inp, block_tokens, admit, n)
 
 
 def _bits_levels(A):
@@ -825,6 +964,7 @@ if ENABLED:
     for _f in (_bits_set, _bits_clear, _top_bit, _bits_max):
         globals()[_f.__name__] = _inl(_f)
     _bits_levels, _run_belady_body = _jit(_bits_levels), _inl(_run_belady_body)
+    _run_arc_body = _inl(_run_arc_body)
     RUNNERS = [_jit(f) for f in RUNNERS]
     for _f in RUNNERS:
         globals()[_f.__name__] = _f
@@ -865,10 +1005,36 @@ def run_curve(pol, caps, params, ids, nxt, off, inp, block_tokens, admit, n, max
     return out
 
 
+def _next_uses(ids, n):
+    """(next access of each access or NEVER, most accesses of one block) in one backward pass over dense ids: the
+    same next uses as kvlab.sim.stackdist.next_access, without its sort (Belady's preparation, end to end)."""
+    A = len(ids)
+    nxt = np.empty(A, np.int64)
+    seen = np.full(n, NEVER, np.int64)
+    freq = np.zeros(n, np.int64)
+    top = 0
+    for a in range(A - 1, -1, -1):
+        b = ids[a]
+        nxt[a] = seen[b]
+        seen[b] = a
+        f = freq[b] + 1
+        freq[b] = f
+        if f > top:
+            top = f
+    return nxt, top
+
+
+if ENABLED:
+    _next_uses = njit(cache=True, nogil=True)(_next_uses)
+
+
 def stream_arrays(ids, need_next: bool):
     """(dense ids, n, next access per access or an empty array, max accesses of one block)."""
     from .stackdist import next_access
     dense, n = dense_ids(ids)
+    if need_next and ENABLED:
+        nxt, max_freq = _next_uses(dense, n)
+        return dense, n, nxt, int(max_freq)
     nxt = next_access(dense) if need_next else np.zeros(0, np.int64)
     max_freq = int(np.bincount(dense).max()) if len(dense) else 0
     return dense, n, nxt, max_freq
