@@ -16,7 +16,8 @@ import time
 
 # kvlab press name -> kvpress class (the ones both implement with the same budget rule; tests/kvpress_oracle.py)
 CLASSES = {"streaming_llm": "StreamingLLMPress", "knorm": "KnormPress", "snapkv": "SnapKVPress",
-           "tova": "TOVAPress", "expected_attention": "ExpectedAttentionPress", "keydiff": "KeyDiffPress"}
+           "tova": "TOVAPress", "expected_attention": "ExpectedAttentionPress", "keydiff": "KeyDiffPress",
+           "cur": "CURPress"}
 KEEP = 0.25  # share of the context kept
 
 

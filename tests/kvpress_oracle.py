@@ -48,6 +48,7 @@ CASES = {
     "keydiff": ("KeyDiffPress", {}, "sdpa"),
     "lagkv": ("LagKVPress", {}, "sdpa"),
     "chunkkv": ("ChunkKVPress", {}, "sdpa"),  # over SnapKV
+    "cur": ("CURPress", {}, "sdpa"),  # leverage of keys x values in windows of 16, 4 sinks
 }
 WRAPPED = {"adakv", "chunkkv"}  # kvpress wrappers: the inner scorer is SnapKVPress
 

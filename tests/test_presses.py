@@ -158,6 +158,29 @@ def test_random_is_seeded(model):
     assert not torch.equal(a.layers[0].positions, c.layers[0].positions)
 
 
+def test_cur_scores_by_hand():
+    """CurDKV's leverage on a hand-worked head: squared norms as shares of their window, keys x values,
+    normalised, sinks at 1; a seeded projection gives the same scores twice and others for another seed."""
+    from kvlab.hf.presses.base import PressInput
+    k = torch.tensor([1.0, 2, 1, 1, 3, 1])[None, None, :, None]  # [1, 1, 6, 1]: squared norms 1 4 1 1 9 1
+    v = torch.ones(1, 1, 6, 1)
+    x = PressInput(keys=k, values=v, kpos=torch.arange(6)[None, None], queries=None, qpos=None, scaling=1.0,
+                   layer=0, layers=1)
+    s = get_press("cur", sinks=1, window=4).score(x)[0, 0]
+    k2 = torch.tensor([1 / 7, 4 / 7, 1 / 7, 1 / 7, 9 / 10, 1 / 10])  # windows [1 4 1 1], [9 1 (pad 0 0)]
+    v2 = torch.tensor([0.25] * 4 + [0.5] * 2)
+    want = k2 * v2 / (k2 * v2).sum()
+    want[0] = 1.0
+    assert torch.allclose(s, want, rtol=1e-6)
+    whole = get_press("cur", sinks=0, window=0, leverage="key").score(x)[0, 0]
+    assert torch.allclose(whole, torch.tensor([1.0, 4, 1, 1, 9, 1]) / 17)
+    kk = torch.randn(1, 2, 8, 4, generator=torch.Generator().manual_seed(3))
+    y = PressInput(keys=kk, values=kk, kpos=torch.arange(8).expand(1, 2, 8), queries=None, qpos=None,
+                   scaling=1.0, layer=0, layers=1)
+    a, b, c = (get_press("cur", projection=2, seed=s).score(y) for s in (0, 0, 1))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
 def test_wrapped_inner_scorer(model):
     cache = make_cache(model, press="chunkkv:knorm", keep=0.25, press_options=dict(chunk_length=10))
     forward(model, cache, ids(CONTEXT, seed=8))
@@ -182,6 +205,9 @@ def test_wrapped_inner_scorer(model):
     (dict(press="snapkv", keep=0.5, press_options=dict(window=3)),
      r"press snapkv has no option\(s\) window; its options: kernel_size, window_size"),
     (dict(press="knorm:snapkv", keep=0.5), "only adakv, chunkkv take an inner scorer"),
+    (dict(press="cur", keep=0.5, press_options=dict(leverage="keys")), "cur leverage must be one of key, value"),
+    (dict(press="cur", keep=0.5, press_options=dict(window=-1)), "cur window"),
+    (dict(press="cur", keep=0.5, press_options=dict(projection=2.0)), "cur projection must be an integer"),
     (dict(press="snapkv", keep=0.5, mechanism="window=16"), "give a press or a mechanism, not both"),
 ])
 def test_bad_arguments(model, kwargs, match):

@@ -36,7 +36,8 @@ def register(sub) -> None:
                    help="window=W, topk=K, capped=BxS,topk=K, csa=M,topk=K,window=W or hca=M,window=W")
     p.add_argument("--press", default=None,
                    help="token eviction on full-attention layers: streaming_llm, knorm, snapkv, tova, h2o, "
-                        "expected_attention, random, pyramidkv, adakv, keydiff, lagkv, chunkkv (kvlab.hf.presses)")
+                        "expected_attention, random, pyramidkv, adakv, keydiff, lagkv, chunkkv, cur "
+                        "(kvlab.hf.presses)")
     p.add_argument("--keep", type=keep_budget, default=None,
                    help="the press's budget: < 1 the fraction of the context's tokens kept, >= 1 a token count")
     p.add_argument("--keep-bytes", type=count("--keep-bytes", 1), default=None,

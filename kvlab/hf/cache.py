@@ -555,8 +555,8 @@ def make_cache(config_or_model, kv_format=None, k_format=None, v_format=None, re
         dtype); default: the states' own, taken at the first update;
     press: a token-eviction method on full-attention layers (kvlab.hf.presses.PRESSES: 'snapkv', 'knorm',
         'streaming_llm', 'tova', 'h2o', 'expected_attention', 'random', 'pyramidkv', 'adakv', 'keydiff',
-        'lagkv', 'chunkkv'), with keep (< 1: the fraction of the context's tokens kept; >= 1: tokens) or
-        keep_bytes (bytes the cache holds after compressing the context); press_mode "prefill" (kvpress:
+        'lagkv', 'chunkkv', 'cur'), with keep (< 1: the fraction of the context's tokens kept; >= 1:
+        tokens) or keep_bytes (bytes the cache holds after compressing the context); press_mode "prefill" (kvpress:
         the first forward is the context, compressed once) or "decode" (evicted back to the budget after every
         forward: h2o, tova, streaming_llm); press_options: the press's own fields (window_size, n_sink, seed,
         inner, ...). Given a model, switches it to kvlab's attention function.

@@ -23,6 +23,7 @@ from ..models import DATA_DIR
 from ..nb.params import NotebookParams
 from .evaluate import (PEERS, Pass, decode_rate, is_v41, peer_cache, run_pass, stack_layout, stack_pass,
                        text_windows)
+from .presses import PRESSES
 
 CHECKPOINTS = DATA_DIR / "checkpoints"  # the small trained models (kvlab.train; `make train` rebuilds them)
 COMPUTE_DTYPES = ("float32", "bfloat16")
@@ -133,9 +134,7 @@ FULL = dict(
     mechanisms=tuple(m for b in FULL_BUDGETS for m in (f"window={b}", f"topk={b}"))
     + ("capped=1/64x8,topk=1/16", "csa=4,topk=1/16,window=1/16", "hca=2,window=1/16", "hca=4,window=1/16",
        "hca=8,window=1/16"),
-    presses=tuple(f"{p} keep {b}" for p in ("streaming_llm", "knorm", "snapkv", "tova", "h2o", "expected_attention",
-                                      "random", "pyramidkv", "adakv", "keydiff", "lagkv", "chunkkv")
-                  for b in FULL_BUDGETS),
+    presses=tuple(f"{p} keep {b}" for p in PRESSES for b in FULL_BUDGETS),
     others=("*",), longer=("*",), heatmap=("*",), contexts=(1024, 2048), heatmap_contexts=(256, 512, 1024, 2048),
     samples=32, halfwidth=0.05, windows=32, depth_samples=20)
 

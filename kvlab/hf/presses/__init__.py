@@ -11,6 +11,7 @@ from ...errors import ParameterError
 from .adakv import AdaKV
 from .base import Budget, Press, PressInput, PressPlan, layer_bytes
 from .chunkkv import ChunkKV
+from .cur import CUR
 from .expected import ExpectedAttention
 from .h2o import H2O
 from .keydiff import KeyDiff
@@ -24,9 +25,9 @@ from .streaming import StreamingLLM
 from .tova import TOVA
 
 PRESSES: dict[str, type[Press]] = {p.name: p for p in (
-    StreamingLLM, KNorm, SnapKV, TOVA, H2O, ExpectedAttention, Random, PyramidKV, AdaKV, KeyDiff, LagKV, ChunkKV)}
+    StreamingLLM, KNorm, SnapKV, TOVA, H2O, ExpectedAttention, Random, PyramidKV, AdaKV, KeyDiff, LagKV, ChunkKV, CUR)}
 ALIASES = {"streamingllm": "streaming_llm", "observed_attention": "h2o", "expected": "expected_attention",
-           "expectedattention": "expected_attention", "observedattention": "h2o"}
+           "expectedattention": "expected_attention", "observedattention": "h2o", "curdkv": "cur"}
 WRAPPERS = ("adakv", "chunkkv")  # presses over an inner scorer
 DECODING = tuple(n for n, p in PRESSES.items() if p.decodes)  # defined as decode-time eviction too
 
