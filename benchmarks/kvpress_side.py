@@ -5,7 +5,8 @@ transformers < 5.3):
 
 Per press: the context compressed by kvpress's own press (its forward hooks) into a DynamicCache, timed; then STEPS
 one-token decode steps teacher forced on the same bytes, positions continuing from the context's length as kvpress's
-pipeline does (the press is not applied while decoding), timed; and the bytes the cache's tensors hold. Imports
+pipeline does (the press is not applied while decoding), timed; and the bytes the cache's tensors hold. "dynamic":
+no press, a DynamicCache holding as many tokens, the same decode steps (this transformers version's own step). Imports
 nothing from kvlab: the ids are built here and in the kvlab half by the same rule (`ids`).
 """
 from __future__ import annotations
@@ -31,6 +32,18 @@ def ids(tokens: int):
     return torch.tensor(b[:tokens])[None]
 
 
+def timed_steps(step, positions) -> dict:
+    """Run step(i) for each position and time each: the decode rate as steps / total time, and as one over the
+    median step (`decode_tokens_per_s`, the one compared: a shared machine's stalls move a mean, not a median)."""
+    times = []
+    for i in positions:
+        t0 = time.perf_counter()
+        step(i)
+        times.append(time.perf_counter() - t0)
+    return dict(decode_tokens_per_s=1 / sorted(times)[len(times) // 2],
+                decode_mean_tokens_per_s=len(times) / sum(times))
+
+
 def run(checkpoint: str, tokens: int, steps: int, presses: list[str]) -> dict:
     import torch
     import kvpress
@@ -44,20 +57,25 @@ def run(checkpoint: str, tokens: int, steps: int, presses: list[str]) -> dict:
     ctx = x[:, :tokens]
     out = {}
     for name in presses:
-        press = getattr(kvpress, CLASSES[name])(compression_ratio=1 - KEEP)
         cache = DynamicCache()
+        if name == "dynamic":  # no press: the kept quarter prefilled uncompressed, the same decode steps
+            kept = int(tokens * KEEP)
+            with torch.no_grad():
+                model(x[:, :kept], past_key_values=cache, use_cache=True)
+                out[name] = timed_steps(lambda i: model(x[:, i:i + 1], past_key_values=cache, use_cache=True),
+                                        range(kept, kept + steps))
+            continue
+        press = getattr(kvpress, CLASSES[name])(compression_ratio=1 - KEEP)
         with torch.no_grad():
             t0 = time.perf_counter()
             with press(model):
                 model(ctx, past_key_values=cache, use_cache=True)
             prefill = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            for i in range(tokens, tokens + steps):
-                model(x[:, i:i + 1], past_key_values=cache, use_cache=True, position_ids=torch.tensor([[i]]))
-            decode = time.perf_counter() - t0
+            rate = timed_steps(lambda i: model(x[:, i:i + 1], past_key_values=cache, use_cache=True,
+                                               position_ids=torch.tensor([[i]])), range(tokens, tokens + steps))
         held = sum(l.keys.numel() * l.keys.element_size() + l.values.numel() * l.values.element_size()
                    for l in cache.layers)
-        out[name] = dict(prefill_s=prefill, decode_tokens_per_s=steps / decode, held_bytes=int(held))
+        out[name] = dict(prefill_s=prefill, held_bytes=int(held), **rate)
     return out
 
 

@@ -276,7 +276,8 @@ class KvlabLayer(CacheLayerMixin):
         self.split = 0  # MLA: width of the latent inside the stream
         self.keys_info: KeyLayout | None = None  # what the last update returned, for kvlab_attention
         self.press_run: PressRun | None = None  # a press evicting this layer's tokens (kvlab.hf.presses)
-        self._pos: torch.Tensor | None = None  # with a press: [B, Hkv, held] original position of each held token
+        self._pos: torch.Tensor | None = None  # with a press: [B, Hkv, n] positions of the tokens held at the last
+        # pruning (None: never pruned); the tokens after them are the newest (`positions`)
         self.readable: torch.Tensor | None = None  # [B, Hkv, held] slots attention reads (None: all)
 
     def _stored(self, role: str) -> Component:
@@ -351,11 +352,10 @@ class KvlabLayer(CacheLayerMixin):
         if not isinstance(attn_kwargs, dict):
             raise ConfigError("this model's attention does not hand its kwargs to the cache, so a press cannot "
                               "reach its attention function")
-        b, h = shape
-        new = torch.arange(before, self.cumulative_length, device=self.device).expand(b, h, -1)  # [B, Hkv, S]
-        self._pos = new.clone() if self._pos is None else torch.cat([self._pos, new], dim=2)
-        if self.readable is not None:
-            self.readable = torch.cat([self.readable, torch.ones_like(new, dtype=torch.bool)], dim=2)
+        if self.readable is not None:  # new tokens are read by every head (their positions: `positions`)
+            b, h = shape
+            new = torch.ones(b, h, self.cumulative_length - before, dtype=torch.bool, device=self.device)
+            self.readable = torch.cat([self.readable, new], dim=2)
         self.press_run.read = False
         attn_kwargs["kvlab_press"] = self.press_run
 
@@ -366,13 +366,20 @@ class KvlabLayer(CacheLayerMixin):
 
     @property
     def positions(self) -> torch.Tensor:
-        """[B, Hkv, held] LongTensor: the original position of each token held, sorted (kvpress's kept set)."""
-        if self._pos is not None:
-            return self._pos
+        """[B, Hkv, held] LongTensor: the original position of each token held, sorted (kvpress's kept set).
+        Tokens that entered after the last pruning are the newest, contiguous up to now: they are only
+        written out here, when read (not every step)."""
         n, dev = self.held_tokens, getattr(self, "device", None)
+        tail = n - (0 if self._pos is None else self._pos.shape[2])  # tokens held since the last pruning
+        if tail == 0 and self._pos is not None:
+            return self._pos
         heads = next(iter(self.streams.values())).heads if self.streams else 0
-        return torch.arange(self.cumulative_length - n, self.cumulative_length, device=dev).expand(
-            self.batch, heads, -1)
+        new = torch.arange(self.cumulative_length - tail, self.cumulative_length, device=dev).expand(
+            self.batch, heads, -1)  # [B, Hkv, tail]
+        if self._pos is None:
+            return new
+        self._pos = torch.cat([self._pos, new], dim=2)
+        return self._pos
 
     def query_positions(self, q: int) -> torch.Tensor:
         """[q] positions of the last update's q tokens."""
@@ -381,9 +388,10 @@ class KvlabLayer(CacheLayerMixin):
     def keep(self, slots: torch.Tensor, readable: torch.Tensor | None = None) -> None:
         """Keep the held tokens at `slots` [B, Hkv, n] (sorted) and free the rest; `readable` [B, Hkv, n]
         marks those attention reads (a per-head budget that holds more than some heads keep)."""
+        pos = self.positions.gather(2, slots)  # [B, Hkv, n], read before the streams shrink
         for s in self.streams.values():
             s.keep(slots)
-        self._pos = self.positions.gather(2, slots)
+        self._pos = pos
         prev = None if self.readable is None else self.readable.gather(2, slots)
         self.readable = readable if prev is None else (prev if readable is None else prev & readable)
 
@@ -488,8 +496,9 @@ class KvlabCache(Cache):
             raise ParameterError(f"mechanism {self.mech.label()} needs kvlab's attention function: call "
                                  "kvlab.hf.use_kvlab_attention(model) (make_cache(model, mechanism=...) does it)")
         if self.press is not None:
-            check_attention(self.runs, self.press.label())
-            if self.press.context is None and not layer.cumulative_length and layer.press_run is self.runs[0]:
+            runs = self.runs
+            check_attention(runs, self.press)
+            if self.press.context is None and not layer.cumulative_length and layer.press_run is runs[0]:
                 self.press.context = key_states.shape[-2]  # the first forward is the context
                 self.press.kept = self.press.resolve(self.press.context, self.layout, key_states.shape[0])
         out = super().update(key_states, value_states, layer_idx, *args, **kwargs)

@@ -80,9 +80,9 @@ class PressRun:
         self.layer.keep(slots, readable)
 
 
-def check_attention(runs: list[PressRun], label: str) -> None:
+def check_attention(runs: list[PressRun], plan: PressPlan) -> None:
     """A press needs kvlab's attention function; say so if the last update's attention never reached it."""
     for r in runs:
         if not r.read:
-            raise ParameterError(f"press {label} needs kvlab's attention function: call "
+            raise ParameterError(f"press {plan.label()} needs kvlab's attention function: call "
                                  "kvlab.hf.use_kvlab_attention(model) (make_cache(model, press=...) does it)")
