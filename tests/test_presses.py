@@ -74,6 +74,35 @@ def test_held_equals_predicted(model, name, budget, fmt):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_question_at_once_equals_token_by_token(name):
+    """After the context is compressed, a question of 9 tokens in one forward gives the logits it gives fed one
+    token at a time, on every press (PyramidKV's layers hold different counts under transformers' one mask)."""
+    m = AutoModelForCausalLM.from_pretrained(CHECKPOINT, dtype=torch.float32, attn_implementation="sdpa").eval()
+    opts = dict(window_size=4, beta=5) if name == "pyramidkv" else {}  # the pyramid is not flat at 100 tokens
+    x = ids(CONTEXT + 9, seed=5)
+    a, b = (make_cache(m, press=name, keep=0.3, press_options=opts) for _ in range(2))
+    forward(m, a, x[:, :CONTEXT])
+    forward(m, b, x[:, :CONTEXT])
+    if name == "pyramidkv":
+        assert len({layer.held_tokens for layer in a.layers}) > 1
+    at_once = forward(m, a, x[:, CONTEXT:])[0]  # [9, vocab]
+    one_by_one = torch.cat([forward(m, b, x[:, i:i + 1])[0] for i in range(CONTEXT, CONTEXT + 9)])
+    assert torch.allclose(at_once, one_by_one, atol=1e-4, rtol=1e-4)
+
+
+def test_fit_mask_keeps_the_causal_columns():
+    """One mask for every layer, cut or widened to a layer's held count: the last S columns stay, held ones see."""
+    from kvlab.hf.presses.run import fit_mask
+    causal = torch.ones(3, 3, dtype=torch.bool).tril()  # [S, S] among the new tokens
+    m = torch.cat([torch.ones(3, 4, dtype=torch.bool), causal], dim=1)[None, None]  # [1, 1, 3, 4 held + 3]
+    assert torch.equal(fit_mask(m, 5)[0, 0], torch.cat([torch.ones(3, 2, dtype=torch.bool), causal], dim=1))
+    assert torch.equal(fit_mask(m, 9)[0, 0], torch.cat([torch.ones(3, 6, dtype=torch.bool), causal], dim=1))
+    f = torch.zeros(1, 1, 3, 7).masked_fill(~m, float("-inf"))  # a float mask: 0 attends
+    assert torch.equal(fit_mask(f, 9)[..., 2:], f) and not fit_mask(f, 9)[..., :2].any()
+    assert fit_mask(None, 4) is None and fit_mask(m, 7) is m
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_positions_hold_those_keys(model, name):
     """BF16: each layer holds exactly the dense cache's keys and values at its positions."""
     x = ids(CONTEXT, seed=1)

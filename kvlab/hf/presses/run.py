@@ -34,8 +34,8 @@ class PressRun:
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         readable = self.layer.readable
         if readable is None:
-            out = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                         **kwargs)
+            out = sdpa_attention_forward(module, query, key, value, fit_mask(attention_mask, key.shape[2]),
+                                         dropout=dropout, scaling=scaling, **kwargs)
         else:  # a per-head budget: slots the layer holds but the head does not read are masked
             h = query.shape[1]
             g = h // key.shape[1]
@@ -78,6 +78,20 @@ class PressRun:
             if isinstance(v, torch.Tensor) and v.dim() == 3 and v.shape[-1] == held:
                 self.state[k] = v.gather(2, slots)
         self.layer.keep(slots, readable)
+
+
+def fit_mask(mask: torch.Tensor | None, keys: int) -> torch.Tensor | None:
+    """transformers builds one mask [B, 1, S, K] for every layer from the first layer's sizes, but a per-layer
+    budget (PyramidKV) leaves each layer holding another count. Every held token precedes this forward's
+    queries, so the mask's last S columns (causal among the new tokens) are kept and the held part is cut or
+    widened to `keys` columns (widened: visible)."""
+    if mask is None or mask.shape[-1] == keys:
+        return mask
+    if mask.shape[-1] > keys:
+        return mask[..., -keys:]
+    pad = keys - mask.shape[-1]
+    seen = torch.ones if mask.dtype == torch.bool else torch.zeros  # bool: True attends; float: 0 adds nothing
+    return torch.cat([seen(*mask.shape[:-1], pad, dtype=mask.dtype, device=mask.device), mask], dim=-1)
 
 
 def check_attention(runs: list[PressRun], plan: PressPlan) -> None:
