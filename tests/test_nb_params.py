@@ -124,7 +124,7 @@ def test_notebook_08_parameters():
                        (dict(compute_dtype="float16"), "parameter compute_dtype must be one of"),
                        (dict(mechanisms=["window:3/2"]), "not a fraction of the context"),
                        (dict(presses=["snapkv keep lots"]), "not a number or fraction"),
-                       (dict(presses=["snapkv"]), "write it as 'name keep budget'"),
+                       (dict(presses=["snapkv"]), r"write it as 'name keep budget \[format\]'"),
                        (dict(presses=["snapk keep 1/4"]), "unknown press"),
                        (dict(others=["nvfp9"]), "parameter others: 'nvfp9' is not one of this run's settings"),
                        (dict(heatmap=["window:1/8"]), "parameter heatmap: 'window:1/8'"),

@@ -32,10 +32,12 @@ def test_fractions_of_the_context(text, tokens, want):
     (lambda: Q.at_context("window=1/0", 64), "not a fraction of the context"),
     (lambda: Q.mechanism_settings(["windw=1/4"]), "windw"),
     (lambda: Q.mechanism_settings([4]), "mechanism must be a string"),
-    (lambda: Q.press_settings(["snapkv"]), "write it as 'name keep budget'"),
+    (lambda: Q.press_settings(["snapkv"]), r"write it as 'name keep budget \[format\]'"),
     (lambda: Q.press_settings(["snapkv keep x"]), "not a number or fraction"),
     (lambda: Q.press_settings(["snapkv keep 0"]), "keep"),
     (lambda: Q.press_settings(["nopress keep 1/4"]), "unknown press"),
+    (lambda: Q.press_settings(["snapkv keep 1/4 nvfp5"]), "press setting 'snapkv keep 1/4 nvfp5': .*nvfp5"),
+    (lambda: Q.press_settings(["snapkv keep 1/4 nvfp4 x"]), r"'name keep budget \[format\]'"),
     (lambda: Q.mechanism_settings(["window=1/4"])[0].make(torch.nn.Linear(1, 1)), "give the context"),
 ])
 def test_bad_settings(call, match):
@@ -48,6 +50,10 @@ def test_labels_and_forms():
         ["snapkv keep 1/4", "knorm keep 0.5", "tova keep 64"]
     assert Q.press_settings(["snapkv keep 1/4"])[0].options["keep"] == 0.25
     assert Q.press_settings(["tova keep 64"])[0].options["keep"] == 64
+    composed = Q.press_settings(["snapkv keep 1/4 nvfp4", "knorm keep 1/2 int4"], residual=16)
+    assert [s.label for s in composed] == ["snapkv keep 1/4 nvfp4", "knorm keep 1/2 int4"]
+    assert [(s.options["kv_format"], s.options["residual"]) for s in composed] == [("nvfp4", 0), ("int4", 16)]
+    assert Q.family(composed[0].label) == "snapkv"  # one method on the frontier, whatever its format
     assert Q.mechanism_label("window:1/4") == "window=1/4" and Q.mechanism_label("window:64") == "window=64"
     assert Q.same_label("hca:8,window:1/16", "hca=8,window=1/16") and not Q.same_label("window=1/4", "window=1/8")
 
@@ -64,7 +70,8 @@ def test_a_batch_scores_each_row_as_a_pass_of_its_own(dense):
     assert together.held_bytes == 96 * 1024  # bytes held after one window (mean over the batch's rows)
 
 
-@pytest.mark.parametrize("setting", ["window:1/4", "snapkv keep 1/4", "streaming_llm keep 40", "nvfp4"])
+@pytest.mark.parametrize("setting", ["window:1/4", "snapkv keep 1/4", "streaming_llm keep 40", "nvfp4",
+                                     "snapkv keep 1/4 nvfp4", "knorm keep 1/4 int4"])
 def test_settings_hold_what_kvlab_predicts(dense, setting):
     (model, encode), = dense.values()
     s = (Q.press_settings([setting]) if "keep" in setting else

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from ..checks import need_int, need_list
-from ..errors import ParameterError
+from ..errors import KvlabError, ParameterError
 from ..models import DATA_DIR
 from ..nb.params import NotebookParams
 from .evaluate import (PEERS, Pass, decode_rate, is_v41, peer_cache, run_pass, stack_layout, stack_pass,
@@ -48,7 +48,7 @@ class QualityParams(NotebookParams):
     formats: list  # kvlab formats (integer ones KIVI-style)
     residual: int  # recent tokens the integer formats keep unquantized
     mechanisms: list  # kvlab.hf.mechanisms strings; budgets as fractions of the context ('window=1/4')
-    presses: list  # kvlab.hf.presses as 'name keep budget' (budget: a fraction of the context, or tokens)
+    presses: list  # kvlab.hf.presses as 'name keep budget [format]' (budget: a fraction of the context, or tokens)
     others: list  # labels of the settings also measured on every model after the first ('*': all)
     longer: list  # labels of the settings also measured at the contexts after the first ('*': all)
     peers: list  # transformers QuantizedCache backends
@@ -118,7 +118,7 @@ class QualityParams(NotebookParams):
         """Every setting of the run: formats, then mechanisms and presses with K/V in BF16 (`dtype`: what a KIVI
         residual, a window and a press hold unquantized, BF16 as served)."""
         return (format_settings(self.formats, self.residual, dtype) + mechanism_settings(self.mechanisms, dtype=dtype)
-                + press_settings(self.presses, dtype=dtype))
+                + press_settings(self.presses, dtype=dtype, residual=self.residual))
 
     def pick(self, labels: list, dtype: torch.dtype | None = torch.bfloat16) -> list[Setting]:
         """The settings named in `labels` ('*': all), in the run's order."""
@@ -228,27 +228,36 @@ def peer_settings(peers=("quanto4", "quanto2", "fp8")) -> list[Setting]:
     return [Setting(f"QuantizedCache {p}", "peer", dict(peer=p)) for p in peers]
 
 
-def press_settings(presses=("snapkv keep 1/4",), kv_format: str = "bf16", dtype: torch.dtype | None = None
-                   ) -> list[Setting]:
+def press_settings(presses=("snapkv keep 1/4",), kv_format: str = "bf16", dtype: torch.dtype | None = None,
+                   residual: int = 32) -> list[Setting]:
     """One setting per press and budget (kvlab.hf.presses), written 'snapkv keep 1/4', 'snapkv 1/4' or
-    'snapkv=1/4': the budget a fraction of the context (1/4, 0.25) or a token count; K/V in `kv_format`."""
+    'snapkv=1/4': the budget a fraction of the context (1/4, 0.25) or a token count; K/V in `kv_format`, or in
+    the format a third word names ('snapkv keep 1/4 nvfp4': the press composed with that format; integer
+    formats KIVI-style with a residual of `residual` tokens, as the formats' own settings)."""
     from fractions import Fraction as F
 
+    from ..formats import get_format
     from .presses import make_plan
     out = []
     for spec in need_list("presses", presses, "a list of 'press keep budget' strings"):
         parts = re.split(r"\s*=\s*|\s+keep\s+|\s+", spec.strip()) if isinstance(spec, str) else []
-        if len(parts) != 2:
-            raise ParameterError(f"press setting {spec!r}: write it as 'name keep budget', e.g. 'snapkv keep 1/4'")
-        name, budget = parts
+        if len(parts) not in (2, 3):
+            raise ParameterError(f"press setting {spec!r}: write it as 'name keep budget [format]', e.g. "
+                                 "'snapkv keep 1/4' or 'snapkv keep 1/4 nvfp4'")
+        name, budget, fmt = (*parts, kv_format) if len(parts) == 2 else parts
         try:
             keep = F(budget)
         except (ValueError, ZeroDivisionError):
             raise ParameterError(f"press setting {spec!r}: the budget {budget!r} is not a number or fraction") from None
+        try:
+            get_format(fmt)
+        except KvlabError as e:
+            raise ParameterError(f"press setting {spec!r}: {e}") from None
         keep = float(keep) if keep < 1 else int(keep)
         make_plan(name, keep)  # checks the name and the budget now, before any model runs
-        label = f"{name} keep {budget}" + ("" if kv_format == "bf16" else f" {kv_format}")
-        out.append(Setting(label, "kvlab", dict(kv_format=kv_format, press=name, keep=keep, dtype=dtype)))
+        label = f"{name} keep {budget}" + ("" if fmt == "bf16" else f" {fmt}")
+        kivi = residual if fmt.startswith("int") else 0
+        out.append(Setting(label, "kvlab", dict(kv_format=fmt, press=name, keep=keep, dtype=dtype, residual=kivi)))
     return out
 
 
