@@ -190,10 +190,16 @@ def format_settings(formats=FORMATS, residual: int = 32, dtype: torch.dtype | No
     cache's own (its residual's), default the model's."""
     out = []
     for f in formats:
-        kivi = f.startswith("int")
-        opts = dict(kv_format=f, residual=residual if kivi else 0, dtype=dtype)
-        out.append(Setting(f"{f} (KIVI, r={residual})" if kivi and residual else f, "kvlab", opts))
+        r = kivi_residual(f, residual)
+        opts = dict(kv_format=f, residual=r, dtype=dtype)
+        out.append(Setting(f"{f} (KIVI, r={residual})" if r else f, "kvlab", opts))
     return out
+
+
+def kivi_residual(fmt: str, residual: int) -> int:
+    """The residual a setting in `fmt` keeps: integer formats are run KIVI-style with `residual` recent tokens
+    unquantized, the float formats quantize every token."""
+    return residual if fmt.startswith("int") else 0
 
 
 def mechanism_label(text: str) -> str:
@@ -256,8 +262,8 @@ def press_settings(presses=("snapkv keep 1/4",), kv_format: str = "bf16", dtype:
         keep = float(keep) if keep < 1 else int(keep)
         make_plan(name, keep)  # checks the name and the budget now, before any model runs
         label = f"{name} keep {budget}" + ("" if fmt == "bf16" else f" {fmt}")
-        kivi = residual if fmt.startswith("int") else 0
-        out.append(Setting(label, "kvlab", dict(kv_format=fmt, press=name, keep=keep, dtype=dtype, residual=kivi)))
+        out.append(Setting(label, "kvlab", dict(kv_format=fmt, press=name, keep=keep, dtype=dtype,
+                                                residual=kivi_residual(fmt, residual))))
     return out
 
 

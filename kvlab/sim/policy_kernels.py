@@ -535,7 +535,9 @@ def _run_arc_body(cap, ids, off, inp, block_tokens, admit, n):
     """ARC over the block stream with the same rules as _arc_lookup / _arc_insert (libCacheSim's ARC, hence the
     reference class's), its four lists in arrays of their own and its sizes, target and flags in locals: the
     generic tier row (S, iv, fv) keeps them in memory the compiler must reload around every list update, which
-    made ARC the slowest runner. Lists 0-3 (T1, T2, B1, B2) have sentinels n..n+3; nx points toward the oldest."""
+    made ARC the slowest runner. Lists 0-3 (T1, T2, B1, B2) have sentinels n..n+3; nx points toward the oldest.
+    Their link updates are written out rather than called (_push / _unlink work on the tier row), for the reason
+    the module docstring gives: arrays passed through an inlined call per access cost more than the update."""
     nx = np.empty(n + 4, np.int32)
     pv = np.empty(n + 4, np.int32)
     for s in range(n, n + 4):

@@ -400,8 +400,9 @@ def load_state(path: str | Path, cfg: TrainConfig, model, opt) -> tuple[int, flo
         saved_cfg = saved["config"]
     except (OSError, RuntimeError, KeyError, TypeError, EOFError, pickle.UnpicklingError) as e:
         raise ParameterError(f"{path}: not a kvlab training state ({str(e).splitlines()[0]})") from None
-    if saved_cfg != cfg.to_dict():
-        diff = sorted(k for k in set(saved_cfg) | set(cfg.to_dict()) if saved_cfg.get(k) != cfg.to_dict().get(k))
+    now = cfg.to_dict()
+    if saved_cfg != now:
+        diff = sorted(k for k in set(saved_cfg) | set(now) if saved_cfg.get(k) != now.get(k))
         raise ParameterError(f"{path}: saved by a run with other settings ({', '.join(diff)}); "
                              "resume it with the same settings or remove the file")
     model.load_state_dict(saved["model"])
