@@ -1,19 +1,24 @@
-"""kvlab's presses against kvpress's own (issue 21 §4): prefill-with-compression time and decode tokens/s on the
-same checkpoint (data/checkpoints/qwen3-tiny, float32, SDPA), the same bytes and one torch thread each.
+"""kvlab's presses against kvpress's own (issue 21 §4): prefill-with-compression time and decode speed on the same
+checkpoint (data/checkpoints/qwen3-tiny, float32, SDPA), the same input, the same bytes and one torch thread each.
 
 kvpress pins transformers < 5.3, so its half runs in .venv-kvpress (`make oracle-kvpress` builds it;
-KVLAB_KVPRESS_PYTHON names another interpreter) through benchmarks/kvpress_side.py; the two sides alternate over
-`ROUNDS` rounds (kvlab, then kvpress, per round), so each pair sees the same machine state, and the report gives the
-medians, the per-round ratios and the ratio of the best rounds (a shared 2-core machine swings a round by 2x). A
-decode rate is one over a run's median step (kvpress_side.timed_steps: a stall moves a mean, not a median). The
-context (TOKENS) is compressed to a quarter in one forward, then STEPS one-token steps are teacher forced, positions
-continuing from the context's length. Bytes held: measured from each cache's tensors after the run (kvlab holds the
-kept FP32 tokens as attention reads them, kvlab.hf.cache.RawStream; kvpress's DynamicCache the same rows, so they
-should match). Beside them, transformers' DynamicCache holding as many tokens, in each environment: the step without
-any press in each transformers version, so a decode ratio splits into what the versions differ by (kvpress's
-transformers < 5.3 against kvlab's) and what kvlab's cache adds over DynamicCache in the same version (the last
-column). Goal: kvlab at least as fast, at no more bytes held.
-Without the kvpress venv it says so and times kvlab alone.
+KVLAB_KVPRESS_PYTHON names another interpreter) as a server (benchmarks/kvpress_side.py) this script drives step by
+step. The context (TOKENS) is compressed to a quarter in one forward, then STEPS one-token steps are teacher forced,
+positions continuing from the context's length; each step is taken three times in turn, in a rotating order:
+
+  kvlab     kvlab's cache with the press (kvlab's transformers);
+  dynamic   transformers' DynamicCache holding as many tokens, in kvlab's environment (the step kvlab's cache is built
+            into: what kvlab's cache adds over it is the kvlab / dynamic ratio);
+  kvpress   kvpress's DynamicCache after its press, in its environment (transformers < 5.3).
+
+A shared 2-core machine moves a step's time by 2x within seconds; taking the three steps back to back puts each pair
+in the same moment, so per-step ratios cancel what the machine does to both. The report gives each ratio as the
+median over steps with its moving-block bootstrap 95% interval (kvlab.stats.median_interval: neighbouring steps move
+together), > 1 meaning kvlab faster; dynamic / kvpress is what the two transformers versions differ by, the part of
+kvlab / kvpress no cache can change. Prefill: the two presses' compressions alternate `ROUNDS` times (medians, the
+per-round ratio's range). Bytes held: measured from each cache's tensors after the steps (kvlab holds the kept FP32
+tokens as attention reads them, kvlab.hf.cache.RawStream; kvpress's DynamicCache the same rows). Goal: kvlab at least
+as fast, at no more bytes held. Without the kvpress venv it says so and compares kvlab with DynamicCache alone.
 """
 from __future__ import annotations
 
@@ -22,7 +27,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,99 +38,132 @@ import kvpress_side as side  # noqa: E402
 
 CHECKPOINT = ROOT / "data" / "checkpoints" / "qwen3-tiny"
 PYTHON = Path(os.environ.get("KVLAB_KVPRESS_PYTHON", ROOT / ".venv-kvpress" / "bin" / "python"))
-TOKENS, STEPS, ROUNDS = 2048, 512, 7  # context tokens, decode steps, alternating rounds
+TOKENS, STEPS, ROUNDS = 2048, 256, 3  # context tokens, decode steps a round, rounds
+BLOCK = 32  # steps resampled together by the bootstrap
 PRESSES = list(side.CLASSES)
 
 
-def kvlab_run(model, name: str) -> dict:
+class Peer:
+    """kvpress's side: a server in its own venv answering one command a line (kvpress_side.serve)."""
+
+    def __init__(self):
+        env = {**os.environ, "PYTHONPATH": "", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen([str(PYTHON), str(Path(__file__).parent / "kvpress_side.py"), str(CHECKPOINT)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+    def ask(self, **cmd) -> dict:
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"kvpress's side ({PYTHON}) stopped; run it by hand to see why")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def compare(ours, sdpa, peer, press: str, order: int) -> dict:
+    """One round of one press: both prefills (order alternating), then STEPS steps of each side back to back."""
+    from transformers import DynamicCache
     from kvlab.hf import make_cache
     from kvlab.hf.evaluate import held_bytes
     x = side.ids(TOKENS + STEPS)
-    cache = make_cache(model, press=name, keep=side.KEEP)
-    with torch.no_grad():
-        t0 = time.perf_counter()
-        model(x[:, :TOKENS], cache=cache, use_cache=True)
-        prefill = time.perf_counter() - t0
-        rate = side.timed_steps(lambda i: model(x[:, i:i + 1], cache=cache, use_cache=True),
-                                range(TOKENS, TOKENS + STEPS))
-    return dict(prefill_s=prefill, held_bytes=int(held_bytes(cache)), predicted_bytes=int(cache.predicted_bytes()),
-                **rate)
-
-
-def dynamic_run(model) -> dict:
-    """transformers' own DynamicCache in kvlab's environment, holding as many tokens as a press keeps (the context's
-    kept quarter, prefilled uncompressed), then the same decode steps: the step kvlab's cache is built into, with
-    this transformers version (kvpress's side runs transformers < 5.3, whose per-step overhead differs)."""
-    from transformers import DynamicCache
-    x = side.ids(TOKENS + STEPS)
     kept = int(TOKENS * side.KEEP)
-    cache = DynamicCache(config=model.config)
+    cache = make_cache(ours, press=press, keep=side.KEEP)
+    dyn = DynamicCache(config=sdpa.config)
+    out = {}
     with torch.no_grad():
-        model(x[:, :kept], cache=cache, use_cache=True)
-        return side.timed_steps(lambda i: model(x[:, i:i + 1], cache=cache, use_cache=True),
-                                range(kept, kept + STEPS))
-
-
-def kvpress_run() -> dict:
-    with tempfile.TemporaryDirectory() as d:
-        out = Path(d) / "kvpress.json"
-        subprocess.run([str(PYTHON), str(Path(__file__).parent / "kvpress_side.py"), str(CHECKPOINT), str(out),
-                        str(TOKENS), str(STEPS), ",".join(PRESSES + ["dynamic"])], check=True,
-                       env={**os.environ, "PYTHONPATH": "", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"})
-        return json.loads(out.read_text())
+        sdpa(x[:, :kept], cache=dyn, use_cache=True)
+        sides = [("kvlab", lambda: timed(lambda: ours(x[:, :TOKENS], cache=cache, use_cache=True)))]
+        if peer:
+            sides.append(("kvpress", lambda: peer.ask(op="prefill", press=press, tokens=TOKENS, steps=STEPS)["s"]))
+        for name, run in sides[::1 - 2 * (order % 2)]:
+            out[f"{name}_prefill_s"] = run()
+        steps = {
+            "kvlab": lambda i: timed(lambda: ours(x[:, i:i + 1], cache=cache, use_cache=True)),
+            "dynamic": lambda i: timed(lambda: sdpa(x[:, i - TOKENS + kept:i - TOKENS + kept + 1], cache=dyn,
+                                                    use_cache=True)),
+        }
+        if peer:
+            steps["kvpress"] = lambda i: peer.ask(op="step", i=i)["s"]
+        names = list(steps)
+        times = {n: [] for n in names}
+        for j, i in enumerate(range(TOKENS, TOKENS + STEPS)):
+            for k in range(len(names)):  # a rotating order: no side always goes first
+                n = names[(j + k) % len(names)]
+                times[n].append(steps[n](i))
+    out.update(times=times, held_bytes=int(held_bytes(cache)), predicted_bytes=int(cache.predicted_bytes()),
+               dynamic_bytes=sum(l.keys.nbytes + l.values.nbytes for l in dyn.layers))
+    if peer:
+        out["kvpress_bytes"] = peer.ask(op="bytes")["held_bytes"]
+    return out
 
 
 def main() -> None:
     from transformers import AutoModelForCausalLM
+    from kvlab.stats import median_interval
     torch.set_num_threads(1)
-    model = AutoModelForCausalLM.from_pretrained(CHECKPOINT, dtype=torch.float32, attn_implementation="sdpa").eval()
-    have = PYTHON.exists()
-    if not have:
-        print(f"  no kvpress venv at {PYTHON} (`make oracle-kvpress` builds it): kvlab alone")
-    ours = {p: [] for p in PRESSES}
-    theirs = {p: [] for p in PRESSES}
-    plain, their_plain = [], []
-    for _ in range(ROUNDS):
-        for p in PRESSES:
-            ours[p].append(kvlab_run(model, p))
-        plain.append(dynamic_run(model))
-        if have:
-            runs = kvpress_run()
-            their_plain.append(runs.pop("dynamic"))
-            for p, r in runs.items():
-                theirs[p].append(r)
-    med = lambda rows, k: statistics.median(r[k] for r in rows)  # noqa: E731
-    best = lambda rows: max(r["decode_tokens_per_s"] for r in rows)  # noqa: E731  (the least disturbed round)
-    print(f"  qwen3-tiny, {TOKENS} context tokens kept to {side.KEEP:g}, {STEPS} decode steps, 1 thread, "
-          f"{ROUNDS} alternating rounds (medians; ratio kvlab / kvpress per round: min-max; best: the fastest round "
-          "of each, the estimate least moved by a shared machine's noise)")
-    print(f"  transformers {__import__('transformers').__version__}'s DynamicCache holding the kept tokens, same "
-          f"steps: {med(plain, 'decode_tokens_per_s'):.1f} tok/s median, {best(plain):.1f} best")
-    if their_plain:
-        tr = [x["decode_tokens_per_s"] / y["decode_tokens_per_s"] for x, y in zip(plain, their_plain)]
-        print(f"  the same in kvpress's venv (its transformers): {med(their_plain, 'decode_tokens_per_s'):.1f} tok/s "
-              f"median, {best(their_plain):.1f} best; kvlab's transformers / kvpress's per round "
-              f"{min(tr):.2f}-{max(tr):.2f}x, best {best(plain) / best(their_plain):.2f}x: the part of any decode "
-              "ratio below that no cache can change")
-    print(f"  {'press':20s} {'prefill s kvlab':>15s} {'kvpress':>8s} {'speed-up':>12s}   "
-          f"{'decode tok/s kvlab':>18s} {'kvpress':>8s} {'ratio':>12s} {'best ratio':>10s}  "
-          f"{'bytes kvlab':>11s} {'kvpress':>9s}  {'kvlab / DynamicCache':>20s}")
+    load = lambda: AutoModelForCausalLM.from_pretrained(  # noqa: E731
+        CHECKPOINT, dtype=torch.float32, attn_implementation="sdpa").eval()
+    ours, sdpa = load(), load()  # make_cache switches `ours` to kvlab's attention; `sdpa` stays as loaded
+    peer = Peer() if PYTHON.exists() else None
+    if peer is None:
+        print(f"  no kvpress venv at {PYTHON} (`make oracle-kvpress` builds it): kvlab against DynamicCache alone")
+    runs = {p: [] for p in PRESSES}
+    try:
+        for r in range(ROUNDS):
+            for p in PRESSES:
+                runs[p].append(compare(ours, sdpa, peer, p, r))
+    finally:
+        if peer:
+            peer.close()
+
+    def ratio(p, a, b):
+        """Median over every step of b's time / a's (> 1: a faster), with its block-bootstrap interval."""
+        v = [y / x for run in runs[p] for x, y in zip(run["times"][a], run["times"][b])]
+        return median_interval(v, block=BLOCK)
+
+    iv = lambda i: f"{i.value:.3f} [{i.low:.3f}, {i.high:.3f}]"  # noqa: E731
+    med = lambda p, k: statistics.median(r[k] for r in runs[p])  # noqa: E731
+    rate = lambda p, n: 1 / statistics.median(t for r in runs[p] for t in r["times"][n])  # noqa: E731
+    print(f"  qwen3-tiny, {TOKENS} context tokens kept to {side.KEEP:g}, {STEPS} decode steps x {ROUNDS} rounds, 1 "
+          f"thread; decode: each step taken by every side back to back, ratios = median over steps of the other's "
+          f"step time / kvlab's (> 1: kvlab faster) with a {BLOCK}-step block bootstrap 95% interval")
+    if peer:
+        v = median_interval([y / x for p in PRESSES for run in runs[p]
+                             for x, y in zip(run["times"]["dynamic"], run["times"]["kvpress"])], block=BLOCK)
+        print(f"  transformers {__import__('transformers').__version__} (kvlab's) against kvpress's transformers, "
+              f"DynamicCache holding the same tokens: dynamic / kvpress {iv(v)} over every press's steps (> 1: "
+              "kvlab's version faster)")
+    head = f"  {'press':19s} {'prefill s kvlab':>15s}"
+    if peer:
+        head += f" {'kvpress':>8s} {'speed-up':>12s}"
+    head += f"   {'decode tok/s kvlab':>18s} {'dynamic':>8s}"
+    if peer:
+        head += f" {'kvpress':>8s} {'kvlab vs kvpress':>24s}"
+    head += f" {'kvlab vs dynamic':>24s}   {'bytes kvlab':>11s}"
+    print(head + (f" {'kvpress':>9s}" if peer else "") + f" {'dynamic':>9s}")
     for p in PRESSES:
-        a = ours[p]
-        line = f"  {p:20s} {med(a, 'prefill_s'):15.3f}"
-        if theirs[p]:
-            b = theirs[p]
-            up = [y["prefill_s"] / x["prefill_s"] for x, y in zip(a, b)]
-            dr = [x["decode_tokens_per_s"] / y["decode_tokens_per_s"] for x, y in zip(a, b)]
-            line += (f" {med(b, 'prefill_s'):8.3f} {min(up):5.2f}-{max(up):<5.2f}x   "
-                     f"{med(a, 'decode_tokens_per_s'):18.1f} {med(b, 'decode_tokens_per_s'):8.1f} "
-                     f"{min(dr):5.2f}-{max(dr):<5.2f}x {best(a) / best(b):9.2f}x  "
-                     f"{a[0]['held_bytes']:11,d} {b[0]['held_bytes']:9,d}")
-        else:
-            line += f" {'-':>8s} {'-':>12s}   {med(a, 'decode_tokens_per_s'):18.1f}"
-        same = [x["decode_tokens_per_s"] / y["decode_tokens_per_s"] for x, y in zip(a, plain)]
-        line += f"  {statistics.median(same):8.2f}x median"
-        if a[0]["held_bytes"] != a[0]["predicted_bytes"]:
+        line = f"  {p:19s} {med(p, 'kvlab_prefill_s'):15.3f}"
+        if peer:
+            up = [r["kvpress_prefill_s"] / r["kvlab_prefill_s"] for r in runs[p]]
+            line += f" {med(p, 'kvpress_prefill_s'):8.3f} {min(up):5.2f}-{max(up):<5.2f}x"
+        line += f"   {rate(p, 'kvlab'):18.1f} {rate(p, 'dynamic'):8.1f}"
+        if peer:
+            line += f" {rate(p, 'kvpress'):8.1f} {iv(ratio(p, 'kvlab', 'kvpress')):>24s}"
+        run = runs[p][0]
+        line += f" {iv(ratio(p, 'kvlab', 'dynamic')):>24s}   {run['held_bytes']:11,d}"
+        line += (f" {run['kvpress_bytes']:9,d}" if peer else "") + f" {run['dynamic_bytes']:9,d}"
+        if run["held_bytes"] != run["predicted_bytes"]:
             line += "  (kvlab held != predicted)"
         print(line)
 

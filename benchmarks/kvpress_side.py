@@ -1,13 +1,18 @@
 """The kvpress half of benchmarks/bench_presses.py, run in kvpress's own venv (.venv-kvpress: kvpress pins
-transformers < 5.3):
+transformers < 5.3) as a server driven step by step over its standard input and output:
 
-    .venv-kvpress/bin/python benchmarks/kvpress_side.py CHECKPOINT OUT.json TOKENS STEPS PRESS[,PRESS...]
+    .venv-kvpress/bin/python benchmarks/kvpress_side.py CHECKPOINT
 
-Per press: the context compressed by kvpress's own press (its forward hooks) into a DynamicCache, timed; then STEPS
-one-token decode steps teacher forced on the same bytes, positions continuing from the context's length as kvpress's
-pipeline does (the press is not applied while decoding), timed; and the bytes the cache's tensors hold. "dynamic":
-no press, a DynamicCache holding as many tokens, the same decode steps (this transformers version's own step). Imports
-nothing from kvlab: the ids are built here and in the kvlab half by the same rule (`ids`).
+One JSON command a line in, one JSON answer a line out:
+  {"op": "prefill", "press": NAME, "tokens": T, "steps": S}  the context (T tokens) compressed by kvpress's own
+      press (its forward hooks) into a fresh DynamicCache, timed; answers {"s": seconds};
+  {"op": "step", "i": I}  one teacher-forced decode step on token I, positions continuing from the context's length
+      as kvpress's pipeline does (the press is not applied while decoding); answers {"s": seconds};
+  {"op": "bytes"}  answers {"held_bytes": ...}, the bytes the cache's tensors hold;
+  {"op": "quit"}.
+Only the model call is timed, so the pipe's latency is not; the driver runs its own step between two of ours, so
+both see the same moment of a shared machine. Imports nothing from kvlab: the ids are built here and in the kvlab
+half by the same rule (`ids`).
 """
 from __future__ import annotations
 
@@ -32,19 +37,14 @@ def ids(tokens: int):
     return torch.tensor(b[:tokens])[None]
 
 
-def timed_steps(step, positions) -> dict:
-    """Run step(i) for each position and time each: the decode rate as steps / total time, and as one over the
-    median step (`decode_tokens_per_s`, the one compared: a shared machine's stalls move a mean, not a median)."""
-    times = []
-    for i in positions:
-        t0 = time.perf_counter()
-        step(i)
-        times.append(time.perf_counter() - t0)
-    return dict(decode_tokens_per_s=1 / sorted(times)[len(times) // 2],
-                decode_mean_tokens_per_s=len(times) / sum(times))
+def timed(fn) -> float:
+    """Seconds one call of fn takes."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
-def run(checkpoint: str, tokens: int, steps: int, presses: list[str]) -> dict:
+def serve(checkpoint: str, inp=sys.stdin, out=sys.stdout) -> None:
     import torch
     import kvpress
     from transformers import AutoModelForCausalLM, DynamicCache
@@ -53,32 +53,33 @@ def run(checkpoint: str, tokens: int, steps: int, presses: list[str]) -> dict:
     logging.set_verbosity_error()
     torch.set_num_threads(1)
     model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32, attn_implementation="sdpa").eval()
-    x = ids(tokens + steps)
-    ctx = x[:, :tokens]
-    out = {}
-    for name in presses:
-        cache = DynamicCache()
-        if name == "dynamic":  # no press: the kept quarter prefilled uncompressed, the same decode steps
-            kept = int(tokens * KEEP)
-            with torch.no_grad():
-                model(x[:, :kept], past_key_values=cache, use_cache=True)
-                out[name] = timed_steps(lambda i: model(x[:, i:i + 1], past_key_values=cache, use_cache=True),
-                                        range(kept, kept + steps))
-            continue
-        press = getattr(kvpress, CLASSES[name])(compression_ratio=1 - KEEP)
+    x, cache = None, None
+    for line in inp:
+        cmd = json.loads(line)
+        if cmd["op"] == "quit":
+            return
         with torch.no_grad():
-            t0 = time.perf_counter()
-            with press(model):
-                model(ctx, past_key_values=cache, use_cache=True)
-            prefill = time.perf_counter() - t0
-            rate = timed_steps(lambda i: model(x[:, i:i + 1], past_key_values=cache, use_cache=True,
-                                               position_ids=torch.tensor([[i]])), range(tokens, tokens + steps))
-        held = sum(l.keys.numel() * l.keys.element_size() + l.values.numel() * l.values.element_size()
-                   for l in cache.layers)
-        out[name] = dict(prefill_s=prefill, held_bytes=int(held), **rate)
-    return out
+            if cmd["op"] == "prefill":
+                tokens, name = cmd["tokens"], cmd["press"]
+                x, cache = ids(tokens + cmd.get("steps", 4096)), DynamicCache()
+                press = getattr(kvpress, CLASSES[name])(compression_ratio=1 - KEEP)
+
+                def prefill():
+                    with press(model):
+                        model(x[:, :tokens], past_key_values=cache, use_cache=True)
+                ans = dict(s=timed(prefill))
+            elif cmd["op"] == "step":
+                i = cmd["i"]
+                pos = torch.tensor([[i]])  # positions continue from the context's length, not from the held count
+                ans = dict(s=timed(lambda: model(x[:, i:i + 1], past_key_values=cache, use_cache=True,
+                                                 position_ids=pos)))
+            elif cmd["op"] == "bytes":
+                ans = dict(held_bytes=sum(l.keys.nbytes + l.values.nbytes for l in cache.layers))
+            else:
+                ans = dict(error=f"unknown op {cmd['op']!r}")
+        out.write(json.dumps(ans) + "\n")
+        out.flush()
 
 
 if __name__ == "__main__":
-    checkpoint, path, tokens, steps, presses = sys.argv[1:6]
-    json.dump(run(checkpoint, int(tokens), int(steps), presses.split(",")), open(path, "w"))
+    serve(sys.argv[1])

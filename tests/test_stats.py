@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from kvlab.errors import KvlabError
-from kvlab.stats import accuracy_interval, paired_bootstrap, perplexity_change, samples_for_halfwidth, wilson
+from kvlab.stats import (accuracy_interval, median_interval, paired_bootstrap, perplexity_change, samples_for_halfwidth,
+                         wilson)
 
 
 @pytest.mark.parametrize("k, n, low, high", [
@@ -118,3 +119,26 @@ def test_paired_accuracy_change_by_hand():
     for bad in (([1], [1, 0], [1, 1]), ([2], [1], [1]), ([1], [1], [0]), ([], [], [])):
         with pytest.raises(KvlabError):
             paired_accuracy_change(*bad)
+
+
+def test_median_interval():
+    """The point is the median; equal values give a point; a wider spread a wider interval; seeded; blocks of
+    correlated neighbours widen it (they carry less evidence than as many independent values)."""
+    assert median_interval([3.0] * 50).pair() == [3.0, 3.0]
+    rng = np.random.default_rng(1)
+    x = rng.normal(1.0, 0.1, 400)
+    iv = median_interval(x)
+    assert iv.value == float(np.median(x)) and iv.low < iv.value < iv.high and iv.n == 400
+    assert median_interval(x, seed=3) == median_interval(x, seed=3)
+    wide = median_interval(1.0 + 3 * (x - 1.0))
+    assert wide.high - wide.low > 2 * (iv.high - iv.low)
+    walk = np.repeat(rng.normal(1.0, 0.1, 20), 20)  # 20 independent levels, each held for 20 values
+    assert median_interval(walk, block=20).high - median_interval(walk, block=20).low > \
+        median_interval(walk).high - median_interval(walk).low
+
+
+@pytest.mark.parametrize("values, kw", [([], {}), ([1.0, float("nan")], {}), ([[1.0, 2.0]], {}),
+                                        ([1.0, 2.0], {"block": 3}), ([1.0, 2.0], {"block": 0})])
+def test_median_interval_refuses(values, kw):
+    with pytest.raises(KvlabError):
+        median_interval(values, **kw)

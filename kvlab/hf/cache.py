@@ -352,12 +352,15 @@ class KvlabLayer(CacheLayerMixin):
         if not isinstance(attn_kwargs, dict):
             raise ConfigError("this model's attention does not hand its kwargs to the cache, so a press cannot "
                               "reach its attention function")
+        run = self.press_run
         if self.readable is not None:  # new tokens are read by every head (their positions: `positions`)
             b, h = shape
             new = torch.ones(b, h, self.cumulative_length - before, dtype=torch.bool, device=self.device)
             self.readable = torch.cat([self.readable, new], dim=2)
-        self.press_run.read = False
-        attn_kwargs["kvlab_press"] = self.press_run
+        elif run.forwards and run.plan.mode == "prefill":
+            return  # the context is compressed and every head reads all it holds: plain SDPA, nothing to hand over
+        run.read = False
+        attn_kwargs["kvlab_press"] = run
 
     @property
     def held_tokens(self) -> int:
@@ -458,6 +461,7 @@ class KvlabCache(Cache):
             raise ParameterError(f"mechanism {self.mech.label()} applies to full-attention layers; this "
                                  f"{self.config.model_type} model has none (every layer already slides)")
         self._last: KeyLayout | None = None  # the last update's key layout, to check kvlab_attention read it
+        self._due: PressRun | None = None  # the press run of the last layer updated, to check its attention ran
         self.layout = self._build(dtype)
         layers = []
         for lc, full, kw in zip(self.layout.layers, self.full, kwargs):
@@ -496,13 +500,14 @@ class KvlabCache(Cache):
             raise ParameterError(f"mechanism {self.mech.label()} needs kvlab's attention function: call "
                                  "kvlab.hf.use_kvlab_attention(model) (make_cache(model, mechanism=...) does it)")
         if self.press is not None:
-            runs = self.runs
-            check_attention(runs, self.press)
-            if self.press.context is None and not layer.cumulative_length and layer.press_run is runs[0]:
+            if self._due is not None:  # the last press handed to attention must have reached it
+                check_attention([self._due], self.press)
+            if self.press.context is None and not layer.cumulative_length and layer_idx == self.full.index(True):
                 self.press.context = key_states.shape[-2]  # the first forward is the context
                 self.press.kept = self.press.resolve(self.press.context, self.layout, key_states.shape[0])
         out = super().update(key_states, value_states, layer_idx, *args, **kwargs)
         self._last = layer.keys_info
+        self._due = layer.press_run
         return out
 
     @property

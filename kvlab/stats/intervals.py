@@ -153,3 +153,22 @@ def paired_accuracy_change(right_ref, right, answers, resamples: int = 2000, see
     diff = (b - a)[idx].sum(1) / n[idx].sum(1)  # [R]
     low, high = np.percentile(diff, [2.5, 97.5])
     return Interval(float(point), float(min(low, point)), float(max(high, point)), int(a.size))
+
+
+def median_interval(values, block: int = 1, resamples: int = 2000, seed: int = 0) -> Interval:
+    """The median of `values` with its bootstrap 95% interval. block > 1: a moving-block bootstrap (Kunsch 1989):
+    runs of `block` consecutive values are resampled together, so a series whose neighbours move together (timings
+    taken one after another on a shared machine) is not read as more independent evidence than it holds."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1 or x.size == 0 or not np.all(np.isfinite(x)):
+        raise ParameterError(f"median interval: values must be a non-empty 1-D sequence of finite numbers, got "
+                             f"shape {x.shape}")
+    need_int("block", block, 1, x.size)
+    need_int("resamples", resamples, 10)
+    need_int("seed", seed, 0)
+    k = -(-x.size // block)  # blocks per resample
+    starts = np.random.default_rng(seed).integers(0, x.size - block + 1, size=(resamples, k))  # [R, k]
+    idx = (starts[..., None] + np.arange(block)).reshape(resamples, -1)[:, :x.size]  # [R, n]
+    low, high = np.percentile(np.median(x[idx], axis=1), [2.5, 97.5])
+    point = float(np.median(x))
+    return Interval(point, float(min(low, point)), float(max(high, point)), int(x.size))
