@@ -66,3 +66,16 @@ def test_sweep_table(tmp_path):
     assert figures.sweep_table(tmp_path).splitlines() == [
         "| model | kv_format | status | bytes_per_token |", "| --- | --- | --- | --- |",
         '| qwen3-8b | "" | ok | 147,456 |']
+
+
+def test_frontier_caption_names_the_fewest_bytes():
+    """The frontier's line gives the methods reaching the target on the model measured with every setting, fewest
+    bytes first, as shares of its BF16 bytes; methods that never reach it are left out."""
+    frontier = next(f for f in figures.FIGURES if f.file == "frontier")
+    r = {"accuracy": {"m|bf16|1024": 0.99}, "costs_nothing_measurable": [], "held_equals_predicted": True,
+         "held_bytes": {"m|bf16|1024": 1000, "m|keydiff keep 1/2|1024": 500, "m|keydiff keep 1/2 int4|1024": 180},
+         "fewest_bytes_for_target": {"a|bf16": 10, "m|bf16": 1000, "m|keydiff": 180, "m|window": None}}
+    cap = frontier.caption(r)
+    assert ("fewest bytes reaching accuracy 0.9 at the first context on m: keydiff keep 1/2 int4 0.18 of BF16, bf16 "
+            "1.00 of BF16;") in cap and "window" not in cap.split("fewest")[1]
+    assert "fewest" not in frontier.caption({**r, "fewest_bytes_for_target": {}})
