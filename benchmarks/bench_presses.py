@@ -27,7 +27,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -65,12 +64,6 @@ class Peer:
         self.proc.wait(timeout=30)
 
 
-def timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
 def compare(ours, sdpa, peer, press: str, order: int) -> dict:
     """One round of one press: both prefills (order alternating), then STEPS steps of each side back to back."""
     from transformers import DynamicCache
@@ -86,15 +79,15 @@ def compare(ours, sdpa, peer, press: str, order: int) -> dict:
         dyn.crop(kept - TOKENS)  # state: its steps ran 4% faster than after this one, measured)
         for layer in dyn.layers:
             layer.keys, layer.values = layer.keys.clone(), layer.values.clone()
-        sides = [("kvlab", lambda: timed(lambda: ours(x[:, :TOKENS], cache=cache, use_cache=True)))]
+        sides = [("kvlab", lambda: side.timed(lambda: ours(x[:, :TOKENS], cache=cache, use_cache=True)))]
         if peer:
             sides.append(("kvpress", lambda: peer.ask(op="prefill", press=press, tokens=TOKENS, steps=STEPS)["s"]))
         for name, run in sides[::1 - 2 * (order % 2)]:
             out[f"{name}_prefill_s"] = run()
         steps = {
-            "kvlab": lambda i: timed(lambda: ours(x[:, i:i + 1], cache=cache, use_cache=True)),
-            "dynamic": lambda i: timed(lambda: sdpa(x[:, i - TOKENS + kept:i - TOKENS + kept + 1], cache=dyn,
-                                                    use_cache=True)),
+            "kvlab": lambda i: side.timed(lambda: ours(x[:, i:i + 1], cache=cache, use_cache=True)),
+            "dynamic": lambda i: side.timed(lambda: sdpa(x[:, i - TOKENS + kept:i - TOKENS + kept + 1], cache=dyn,
+                                                         use_cache=True)),
         }
         if peer:
             steps["kvpress"] = lambda i: peer.ask(op="step", i=i)["s"]

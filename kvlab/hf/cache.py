@@ -500,8 +500,7 @@ class KvlabCache(Cache):
             raise ParameterError(f"mechanism {self.mech.label()} needs kvlab's attention function: call "
                                  "kvlab.hf.use_kvlab_attention(model) (make_cache(model, mechanism=...) does it)")
         if self.press is not None:
-            if self._due is not None:  # the last press handed to attention must have reached it
-                check_attention([self._due], self.press)
+            check_attention(self._due, self.press)  # the last press handed to attention must have reached it
             if self.press.context is None and not layer.cumulative_length and layer_idx == self.full.index(True):
                 self.press.context = key_states.shape[-2]  # the first forward is the context
                 self.press.kept = self.press.resolve(self.press.context, self.layout, key_states.shape[0])

@@ -34,7 +34,7 @@ from ..attention.indexer import candidate_pool, select_topk
 from ..checks import need_int
 from ..errors import ParameterError
 from ..layout import Component, LayerCache, Layout
-from .presses.run import fit_mask
+from .presses.run import fitted_sdpa
 
 NAMES = ("dense", "window", "topk", "capped", "csa", "hca")
 DEFAULTS = {"csa": dict(topk=32, window=64), "hca": dict(window=64), "capped": dict(topk=32)}
@@ -179,13 +179,11 @@ def kvlab_attention(module, query, key, value, attention_mask, dropout: float = 
                     kvlab_keys: KeyLayout | None = None, **kwargs):
     """transformers attention function: SDPA, restricted by the mechanism the cache describes (if any).
     query [B, H, S, D], key / value [B, Hkv, T, D]; returns ([B, S, H, Dv], None)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
     press = kwargs.pop("kvlab_press", None)
     if press is not None:  # a press on this layer (kvlab.hf.presses.run): attention on the held tokens, then it
         return press.attend(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     if kvlab_keys is None:  # (a pruned press layer: transformers sized the mask for the first layer's keys)
-        return sdpa_attention_forward(module, query, key, value, fit_mask(attention_mask, key.shape[2]),
-                                      dropout=dropout, scaling=scaling, **kwargs)
+        return fitted_sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     kvlab_keys.read = True
     b, h, s, d = query.shape
     scale = scaling if scaling is not None else d ** -0.5

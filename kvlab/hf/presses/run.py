@@ -29,13 +29,11 @@ class PressRun:
     def attend(self, module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
                **kwargs):
         """The model's attention on the held tokens ([B, S, H, Dv], None), then this layer's press."""
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
         self.read = True
         scale = scaling if scaling is not None else query.shape[-1] ** -0.5
         readable = self.layer.readable
         if readable is None:
-            out = sdpa_attention_forward(module, query, key, value, fit_mask(attention_mask, key.shape[2]),
-                                         dropout=dropout, scaling=scaling, **kwargs)
+            out = fitted_sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
         else:  # a per-head budget: slots the layer holds but the head does not read are masked
             h = query.shape[1]
             g = h // key.shape[1]
@@ -80,6 +78,12 @@ class PressRun:
         self.layer.keep(slots, readable)
 
 
+def fitted_sdpa(module, query, key, value, attention_mask, **kwargs):
+    """transformers' SDPA attention on the keys a layer holds, its mask fitted to them (`fit_mask`)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    return sdpa_attention_forward(module, query, key, value, fit_mask(attention_mask, key.shape[2]), **kwargs)
+
+
 def fit_mask(mask: torch.Tensor | None, keys: int) -> torch.Tensor | None:
     """transformers builds one mask [B, 1, S, K] for every layer from the first layer's sizes, but a per-layer
     budget (PyramidKV) leaves each layer holding another count. Every held token precedes this forward's
@@ -94,9 +98,9 @@ def fit_mask(mask: torch.Tensor | None, keys: int) -> torch.Tensor | None:
     return torch.cat([seen(*mask.shape[:-1], pad, dtype=mask.dtype, device=mask.device), mask], dim=-1)
 
 
-def check_attention(runs: list[PressRun], plan: PressPlan) -> None:
-    """A press needs kvlab's attention function; say so if the last update's attention never reached it."""
-    for r in runs:
-        if not r.read:
-            raise ParameterError(f"press {plan.label()} needs kvlab's attention function: call "
+def check_attention(run: PressRun | None, plan: PressPlan) -> None:
+    """A press needs kvlab's attention function; say so if the last one handed to attention (`run`, None: none
+    yet) was never reached."""
+    if run is not None and not run.read:
+        raise ParameterError(f"press {plan.label()} needs kvlab's attention function: call "
                                  "kvlab.hf.use_kvlab_attention(model) (make_cache(model, press=...) does it)")
