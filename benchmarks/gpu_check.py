@@ -41,6 +41,14 @@ def no_gpu_reason() -> str:
     return ""
 
 
+class StageFailed(RuntimeError):
+    """A stage that ran but did not pass: its figures are kept in the report beside the error."""
+
+    def __init__(self, message: str, details: dict):
+        super().__init__(message)
+        self.details = details
+
+
 def _stage(report: dict, name: str, fn) -> None:
     t0 = time.perf_counter()
     print(f"gpu-check: {name} ...", flush=True)
@@ -48,7 +56,8 @@ def _stage(report: dict, name: str, fn) -> None:
         out = fn()
         report[name] = {"status": "ok", **(out or {})}
     except Exception as e:  # one stage's failure is recorded; the others still run
-        report[name] = {"status": "failed", "error": f"{type(e).__name__}: {e}".splitlines()[0][:500]}
+        report[name] = {"status": "failed", "error": f"{type(e).__name__}: {e}".splitlines()[0][:500],
+                        **getattr(e, "details", {})}
     report[name]["seconds"] = round(time.perf_counter() - t0, 1)
     print(f"gpu-check: {name} {report[name]['status']} ({report[name]['seconds']} s)"
           + (f": {report[name]['error']}" if "error" in report[name] else ""), flush=True)
@@ -89,8 +98,15 @@ def notebook_05(budget_gib: float, lengths: list[int]) -> dict:
         if run.status != "ok":
             raise RuntimeError(f"notebook 05 failed: {run.error}")
     r = run.results
-    if r.get("all_measured_equal_predicted") is not True:
-        raise RuntimeError(f"measured bytes differ from the prediction (max {r.get('max_abs_difference_bytes')} B)")
+    if r.get("all_measured_equal_predicted") is not True:  # every row measured again here, to say which differ
+        from kvlab.cache.measurement import sweep
+        rows = sweep(["deepseek-v4.1-flash", "qwen3-8b"], ["default", "nvfp4"], lengths, device="cuda",
+                     budget_bytes=int(budget_gib * 2**30))
+        keep = ("model", "kv_format", "tokens", "method", "measured_bytes", "predicted_bytes", "check_bytes",
+                "block_bytes", "cause", "status")
+        raise StageFailed(f"measured bytes differ from the prediction (max {r.get('max_abs_difference_bytes')} B)",
+                          {"parameters": params, "results": r,
+                           "rows": [{k: row.get(k) for k in keep} for row in rows]})
     return {"parameters": params, "results": r}
 
 

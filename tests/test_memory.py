@@ -47,6 +47,33 @@ def test_measure_cache_paged_difference_is_page_rounding(name, tokens):
     assert m.measured_bytes == m.check_bytes and m.exact and "page rounding" in m.cause
 
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (make gpu-check)")
+
+
+@CUDA
+def test_cuda_measure_counts_requested_bytes_not_allocator_blocks():
+    """An odd-sized tensor: the allocator's block is rounded up, what it was asked for is the tensor's bytes."""
+    dev = torch.device("cuda")
+    kept = []
+    _, rec = measure(lambda: kept.append(torch.empty(3 * 2**20 + 1000, dtype=torch.uint8, device=dev)) or kept,
+                     lambda ts: ts, dev)
+    assert rec.method == "cuda_requested" and rec.check_method == "storage"
+    assert rec.held_bytes == rec.storage_bytes == rec.check_bytes == 3 * 2**20 + 1000
+    assert rec.block_bytes >= rec.held_bytes and rec.block_bytes % 512 == 0
+
+
+@CUDA
+@pytest.mark.parametrize("name,fmt,tokens,paged", [
+    ("qwen3-8b", None, 131_072, False), ("qwen3-8b", "nvfp4", 4_097, False),
+    ("deepseek-v4.1-flash", None, 1_000_000, False), ("qwen3-8b", None, 4_097, True)])
+def test_cuda_measure_cache_equals_prediction(name, fmt, tokens, paged):
+    m = measure_cache(name, tokens, scheme="vllm" if paged else "storage", kv_format=fmt, paged=paged,
+                      device="cuda")
+    assert m.method == "cuda_requested" and m.exact
+    assert m.measured_bytes == m.check_bytes == m.predicted_bytes + m.predicted_rounding_bytes
+    assert m.block_bytes >= m.measured_bytes
+
+
 def test_too_large_is_refused_before_allocating():
     avail = available_bytes(torch.device("cpu"))
     assert avail > 0

@@ -40,10 +40,11 @@ class CacheMeasurement:
     difference_bytes: int  # measured - predicted
     predicted_rounding_bytes: int  # predicted_allocated - predicted: the page rounding the engine predicts
     cause: str  # why the difference is what it is
-    check_bytes: int | None  # independent check (profiler net bytes on CPU, allocator delta on CUDA)
-    check_method: str  # "profiler", "cuda_allocated" or "none"
+    check_bytes: int | None  # independent check (profiler net bytes on CPU, the tensors' storage on CUDA)
+    check_method: str  # "profiler", "storage" or "none"
     peak_bytes: int | None  # peak during the build (see MemoryRecord)
     reserved_bytes: int | None  # CUDA allocator reserve after the build
+    block_bytes: int | None  # CUDA: the allocator's blocks for it (rounded up; see MemoryRecord); CPU: None
 
     @property
     def exact(self) -> bool:
@@ -82,7 +83,8 @@ def measure_cache(model, tokens: int, scheme: str = "storage", kv_format=None, p
     return CacheMeasurement(
         a.layout.model.name, a.layout.scheme, a.layout.kv_format, engine.name, engine.block_tokens, rec.device,
         rec.method, tokens, rec.held_bytes, grow, bound, exact.total, exact.growing, exact.bounded, pred.total,
-        diff, rounding, cause, rec.check_bytes, rec.check_method, rec.peak_bytes, rec.reserved_bytes)
+        diff, rounding, cause, rec.check_bytes, rec.check_method, rec.peak_bytes, rec.reserved_bytes,
+        rec.block_bytes)
 
 
 def _warm_up(layout, device) -> None:
@@ -104,18 +106,23 @@ def _pool_bytes(layout) -> int:
 
 
 def _cause(rec: MemoryRecord, diff: int, rounding: int, engine, storage: int) -> str:
-    if rec.method == "cuda_allocated" and rec.held_bytes != storage:
-        return (f"CUDA caching allocator rounds each allocation up (512 B granularity): "
-                f"{rec.held_bytes - storage:,} B over the tensors' {storage:,} B")
-    if diff == 0 and rounding == 0:
-        return "none: exact storage holds exactly the layout's bytes"
-    if diff == rounding:
-        return (f"page rounding of {engine.block_tokens}-token pages"
-                + (f" aligned to {engine.page_align} B" if engine.page_align > 1 else "")
-                + ", exactly as kvlab.engines predicts")
-    return (f"measured differs from the engine's prediction by {diff - rounding:,} B: "
-            "a compressor tail holds more pending tokens than one page of ceil(block/m) entries "
-            "(kvlab.engines counts one page per tail)")
+    if rec.held_bytes != storage:
+        why = (f"{rec.method} counts {rec.held_bytes - storage:+,} B beside the cache's {storage:,} B of storage "
+               "(an allocation the build left behind)")
+    elif diff == 0 and rounding == 0:
+        why = "none: exact storage holds exactly the layout's bytes"
+    elif diff == rounding:
+        why = (f"page rounding of {engine.block_tokens}-token pages"
+               + (f" aligned to {engine.page_align} B" if engine.page_align > 1 else "")
+               + ", exactly as kvlab.engines predicts")
+    else:
+        why = (f"measured differs from the engine's prediction by {diff - rounding:,} B: "
+               "a compressor tail holds more pending tokens than one page of ceil(block/m) entries "
+               "(kvlab.engines counts one page per tail)")
+    if rec.block_bytes is not None and rec.block_bytes != rec.held_bytes:
+        why += (f"; the CUDA caching allocator's blocks for it take {rec.block_bytes - rec.held_bytes:,} B more "
+                "(each rounded up to 512 B; a large block's remainder under 1 MiB is not split off)")
+    return why
 
 
 def sweep(models, kv_formats, lengths, scheme: str = "storage", device="auto", budget_bytes: int | None = None,

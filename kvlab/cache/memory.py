@@ -1,12 +1,15 @@
 """Measure what a block of code allocates and holds, on CPU or CUDA.
 
-CUDA has allocator statistics: `memory_allocated` before and after (synchronized) gives the bytes
-the block still holds, `max_memory_allocated` its peak, `memory_reserved` what the caching
-allocator keeps from the driver. CPU has none: the exact figure is the storage bytes of the
+CUDA has the caching allocator's own records: its snapshot lists every block it has handed out with the
+size that was asked for (`requested_size`); the blocks a build leaves allocated, asked-for sizes summed, are
+the bytes it holds, cross-checked against the storage bytes of the tensors kvlab lists. The blocks themselves
+are larger (each rounded up to 512 B, and a large block's remainder under 1 MiB is not split off), so the
+`memory_allocated` delta is reported beside it as `block_bytes`, with `max_memory_allocated` the peak and
+`memory_reserved` what the allocator keeps from the driver. CPU has none: the exact figure is the storage bytes of the
 tensors the block produced (deduplicated by data pointer, as K and V may alias), cross-checked
 against torch.profiler's memory events (the net of allocations minus frees inside the block).
 Sources: PyTorch documentation (torch.cuda.memory_allocated / max_memory_allocated / memory_reserved /
-reset_peak_memory_stats; torch.profiler.profile(profile_memory=True); Tensor.untyped_storage().nbytes()).
+reset_peak_memory_stats / memory_snapshot; c10/cuda/CUDACachingAllocator.cpp for the rounding and splitting; torch.profiler.profile(profile_memory=True); Tensor.untyped_storage().nbytes()).
 """
 from __future__ import annotations
 
@@ -32,13 +35,14 @@ class MemoryRecord:
     """What one measured block allocated and holds."""
 
     device: str  # "cpu" or "cuda:0 (<name>)"
-    method: str  # how held_bytes was measured: "storage" (tensor accounting) or "cuda_allocated"
+    method: str  # how held_bytes was measured: "storage" (tensor accounting) or "cuda_requested" (allocator)
     held_bytes: int  # bytes the block's result holds (by `method`)
     storage_bytes: int  # storage bytes of the result's tensors, deduplicated by data pointer
-    check_bytes: int | None  # the independent figure: profiler net bytes (CPU) / allocated delta (CUDA)
-    check_method: str  # "profiler" or "cuda_allocated" or "none"
+    check_bytes: int | None  # the independent figure: profiler net bytes (CPU) / storage bytes (CUDA)
+    check_method: str  # "profiler", "storage" or "none"
     peak_bytes: int | None  # CUDA: max_memory_allocated increase during the block; CPU: profiler peak
     reserved_bytes: int | None  # CUDA: memory_reserved after the block (allocator caching); CPU: None
+    block_bytes: int | None = None  # CUDA: memory_allocated increase, the allocator's rounded blocks; CPU: None
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:
@@ -122,13 +126,20 @@ def measure(fn: Callable[[], object], tensors_of: Callable[[object], Iterable[to
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
+        before, blocks_before = torch.cuda.memory_allocated(device), _cuda_blocks(device)
         result = fn()
         torch.cuda.synchronize(device)
-        after = torch.cuda.memory_allocated(device)
-        rec = MemoryRecord(device_name(device), "cuda_allocated", after - before,
-                           storage_bytes(tensors_of(result)), after - before, "cuda_allocated",
-                           torch.cuda.max_memory_allocated(device) - before, torch.cuda.memory_reserved(device))
+        after, blocks_after = torch.cuda.memory_allocated(device), _cuda_blocks(device)
+        new = [blocks_after[a] for a in blocks_after.keys() - blocks_before.keys()]
+        held = storage_bytes(tensors_of(result))
+        if all(req is not None for _, req in new):
+            rec = MemoryRecord(device_name(device), "cuda_requested", sum(req for _, req in new), held, held,
+                               "storage", torch.cuda.max_memory_allocated(device) - before,
+                               torch.cuda.memory_reserved(device), after - before)
+        else:  # a torch whose snapshot lacks requested sizes: the tensors' storage, the blocks beside it
+            rec = MemoryRecord(device_name(device), "storage", held, held, None, "none",
+                               torch.cuda.max_memory_allocated(device) - before, torch.cuda.memory_reserved(device),
+                               after - before)
         return result, rec
     if not profile:
         result = fn()
@@ -146,6 +157,21 @@ def measure(fn: Callable[[], object], tensors_of: Callable[[object], Iterable[to
     net, peak = _cpu_allocations(prof)
     held = storage_bytes(tensors_of(result))
     return result, MemoryRecord("cpu", "storage", held, held, net, "profiler", peak, None)
+
+
+def _cuda_blocks(device: torch.device) -> dict[int, tuple[int, int | None]]:
+    """The caching allocator's allocated blocks on `device`: address -> (block size, size asked for)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    out = {}
+    for seg in torch.cuda.memory_snapshot():
+        if seg.get("device", index) != index:
+            continue
+        addr = seg["address"]
+        for b in seg["blocks"]:
+            if b["state"] == "active_allocated":
+                out[b.get("address", addr)] = (b["size"], b.get("requested_size"))
+            addr += b["size"]
+    return out
 
 
 def _cpu_allocations(prof) -> tuple[int, int]:
