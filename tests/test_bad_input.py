@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from kvlab.report import compare
+from kvlab.nb import compare
 from kvlab.cli import main
 from kvlab.engines import Engine, allocate, paged
 from kvlab.errors import (ConfigError, KvlabError, ParameterError, ShapeError, UnknownFormatError,
@@ -36,7 +36,8 @@ from kvlab.nb.record import read_results
 from kvlab.quant import QuantizeError, kivi_quantize, quantize
 from kvlab.quant.ranges import max_input
 from kvlab.layout import Shard
-from kvlab.serving import capacity, hardware
+from kvlab import hardware
+from kvlab.serving import capacity
 from kvlab.serving.budget import kv_budget
 from kvlab.serving.parallel import Parallelism, per_gpu
 from nbutil import tiny_notebook

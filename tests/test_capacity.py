@@ -6,7 +6,7 @@ import pytest
 from kvlab.serving.capacity import (cdiv, plan, replay_window, request_rate, session_cost, vllm_plan, weight_bytes)
 from kvlab.cli import main
 from kvlab.errors import ParameterError
-from kvlab.serving.hardware import get_gpu, gpu_names, load_catalog
+from kvlab.hardware import get_gpu, gpu_names, load_catalog
 
 QWEN = 147_456  # 2 x 36 x 8 x 128 x 2 B (hand-computed)
 

@@ -9,7 +9,7 @@ from kvlab.engines import allocate, engine_format
 from kvlab.errors import ParameterError
 from kvlab.serving.budget import kv_budget, sglang_mem_fraction
 from kvlab.serving.capacity import plan
-from kvlab.serving.hardware import get_gpu
+from kvlab.hardware import get_gpu
 
 QWEN_BF16 = 147_456  # 2 x 36 x 8 x 128 x 2
 

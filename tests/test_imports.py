@@ -19,7 +19,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "kvlab"
-MAX_FLAT = 10  # modules directly in kvlab/ besides __init__.py and __main__.py
+MAX_FLAT = 11  # modules directly in kvlab/ besides __init__.py and __main__.py
+# The floors, lowest first: a module may import its own package and the packages below its own, never one above
+# ("core" is the flat modules in kvlab/: errors, checks, formats, models, layout, engines, hardware, ...). Entry points
+# (kvlab/__init__.py, which re-exports the API, and every __main__.py) may import anything.
+FLOORS = ["core", "stats", "quant", "cache", "attention", "families", "sim", "hf", "train", "serving", "report", "nb",
+          "cli"]
+KNOWN_UPWARD = {("hf", "train")}  # evaluation still reads the trained models' tasks, corpus and V4.1-like model
 
 
 def module_names(root: Path = ROOT) -> dict[str, Path]:
@@ -153,6 +159,23 @@ def test_lower_modules_find_the_families_without_importing_them():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=ROOT.parent).stdout.split()
     assert out == ["147456", "True"]
+
+
+def floor_of(module: str) -> str:
+    """The floor (a FLOORS entry) of a dotted kvlab module name (the package `kvlab` itself: core, its API)."""
+    part = module.split(".")[1] if "." in module else ""
+    return part if part and (ROOT / part).is_dir() else "core"
+
+
+def test_no_module_imports_a_floor_above_its_own():
+    g = import_graph()
+    entry = {m for m, p in module_names().items() if p.name == "__main__.py" or m == "kvlab"}
+    packages = {floor_of(m) for m in g if m not in entry}
+    assert packages <= set(FLOORS), f"packages without a floor: {sorted(packages - set(FLOORS))}"
+    up = sorted(f"{a} -> {b}" for a, bs in g.items() if a not in entry for b in bs
+                if FLOORS.index(floor_of(b)) > FLOORS.index(floor_of(a))
+                and (floor_of(a), floor_of(b)) not in KNOWN_UPWARD)
+    assert not up, "imports that run upward:\n  " + "\n  ".join(up)
 
 
 def test_few_flat_modules():

@@ -4,7 +4,7 @@ from fractions import Fraction
 import papermill as pm
 import pytest
 
-from kvlab.report.compare import DeepSeek890Params
+from kvlab.nb.compare import DeepSeek890Params
 from kvlab.errors import ParameterError
 from kvlab.layout import build_layout
 from nbutil import run_notebook

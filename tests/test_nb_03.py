@@ -3,7 +3,7 @@ import papermill as pm
 import pytest
 
 from kvlab.errors import ParameterError
-from kvlab.quant.study import QuantizersParams
+from kvlab.nb.quantizers import QuantizersParams
 from nbutil import run_notebook
 
 

@@ -2,7 +2,7 @@
 import papermill as pm
 import pytest
 
-from kvlab.attention.evaluate import AttentionParams
+from kvlab.nb.attention import AttentionParams
 from kvlab.errors import ParameterError
 
 from nbutil import run_notebook

@@ -7,13 +7,13 @@ import pytest
 
 from kvlab.errors import ParameterError
 from kvlab.nb.params import NotebookParams
-from kvlab.sim.tiering import TieringParams
-from kvlab.report.compare import BytesPerTokenParams
+from kvlab.nb.tiering import TieringParams
+from kvlab.nb.compare import BytesPerTokenParams
 from kvlab.nb.runner import NOTEBOOK_DIR as NOTEBOOKS, declared_parameters
-from kvlab.serving.capacity import SessionsParams
+from kvlab.nb.sessions import SessionsParams
 from kvlab.hf.presses import PRESSES
-from kvlab.hf.quality import QualityParams
-from kvlab.serving.study import ServingParams
+from kvlab.nb.quality import QualityParams
+from kvlab.nb.serving import ServingParams
 
 
 @dataclass

@@ -45,11 +45,11 @@ def test_committed_with_outputs_of_a_clean_run(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_parameters_dataclass_cell(path):
-    """The cell after `parameters` builds the notebook's NotebookParams subclass from its namespace, in one line;
-    the dataclass's fields are the declared parameters, in order, each with a comment (kvlab.nb.params)."""
+    """The cell after `parameters` builds the notebook's NotebookParams subclass (kept in kvlab/nb/, with the
+    notebook's glue) from its namespace, in one line; the dataclass's fields are the declared parameters, in order, each with a comment (kvlab.nb.params)."""
     code = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
     src = "".join(code[1]["source"]).strip()
-    m = re.fullmatch(r"from (kvlab[\w.]*) import (\w+Params)\n\nparams = \2\.of\(globals\(\)\)  # .+", src)
+    m = re.fullmatch(r"from (kvlab\.nb\.\w+) import (\w+Params)\n\nparams = \2\.of\(globals\(\)\)  # .+", src)
     assert m, f"the second code cell builds the parameters dataclass:\n{src}"
     cls = getattr(importlib.import_module(m[1]), m[2])
     assert issubclass(cls, NotebookParams) and cls is not NotebookParams

@@ -6,7 +6,8 @@ import torch
 
 from kvlab.errors import KvlabError, ParameterError, UnknownFormatError
 from kvlab.formats import get_format, list_formats
-from kvlab.quant import (QuantizeError, attention_error, cosine, max_step_error, quantize, rel_error, sqnr,
+from kvlab.attention.metrics import attention_error
+from kvlab.quant import (QuantizeError, cosine, max_step_error, quantize, rel_error, sqnr,
                          vllm_kv_scales)
 
 VARIANTS = ["int4_g64", "int2_g128", "fp8_e4m3_b64", "nvfp4_b32", "mxfp8_e4m3_b64_fp32"]

@@ -10,7 +10,7 @@ from kvlab.cli import main
 from kvlab.engines import allocate
 from kvlab.errors import KvlabError, ParameterError
 from kvlab.layout import Shard
-from kvlab.serving.hardware import get_gpu
+from kvlab.hardware import get_gpu
 from kvlab.serving.steptime import Chunk, Roofline, Step, parse_decode, parse_prefill, step_time
 from kvlab.serving.steptime import aiconfigurator as aic
 

@@ -10,7 +10,8 @@ from kvlab.layout import Shard, build_layout
 from kvlab.models import catalog_names
 from kvlab.serving.plan import parse_slo
 from kvlab.serving.simulator import deployment_config
-from kvlab.serving.study import Deployment, ServingParams, Study, scaled, synthetic_at
+from kvlab.nb.serving import ServingParams
+from kvlab.serving.study import Deployment, Study, scaled, synthetic_at
 from kvlab.sim.traces import load_trace
 
 LENGTHS = np.array([1, 2, 5, 63, 64, 65, 127, 128, 129, 255, 1000, 4096, 4097, 131072, 1_000_003])

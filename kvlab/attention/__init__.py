@@ -8,7 +8,7 @@ from .compress import Compressor, CompressorState, gated_pool, pool_keys
 from .dense import attention_probs, causal_mask, dense_attention
 from .indexer import candidate_pool, index_scores, select_topk, sparse_attention
 from ..quant.metrics import cosine, rel_error
-from .metrics import kl, logits_kl, mass_covered, recall_at_k
+from .metrics import attention_error, kl, logits_kl, mass_covered, recall_at_k
 from .mla import MLAWeights, mla_absorbed, mla_decode, mla_expanded
 from .sharing import LayerPlan, model_plan, scaled_plan
 from .stack import Stack, StackConfig
@@ -16,6 +16,6 @@ from .window import ReplayStats, WindowState, window_attention
 
 __all__ = ["AttentionShapeError", "CacheFormatError", "SelectionError", "Compressor", "CompressorState", "gated_pool",
            "pool_keys", "attention_probs", "causal_mask", "dense_attention", "candidate_pool", "index_scores",
-           "select_topk", "sparse_attention", "cosine", "kl", "logits_kl", "mass_covered", "recall_at_k", "rel_error",
-           "MLAWeights", "mla_absorbed", "mla_decode", "mla_expanded", "LayerPlan", "model_plan", "scaled_plan",
+           "select_topk", "sparse_attention", "attention_error", "cosine", "kl", "logits_kl", "mass_covered",
+           "recall_at_k", "rel_error", "MLAWeights", "mla_absorbed", "mla_decode", "mla_expanded", "LayerPlan", "model_plan", "scaled_plan",
            "Stack", "StackConfig", "ReplayStats", "WindowState", "window_attention"]

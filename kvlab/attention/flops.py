@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import need_choice, need_int, need_list
+from ..checks import cdiv, need_choice, need_int, need_list
 from ..models import ModelSpec, load_model
 from .checks import SelectionError
 from .sharing import model_plan
@@ -126,7 +126,7 @@ class DecodeCounter:
                     idx += count * n
         if cap_n is not None and cap != "none" and self.cand_src is not None:  # choosing the pool, once per token
             n = t // self.plan[self.cand_src].ratio
-            idx += -(-n // s.candidate_block_size) if cap == "blocks" else n
+            idx += cdiv(n, s.candidate_block_size) if cap == "blocks" else n
         return (self.per_key * keys).astype(float), (self.score * idx).astype(float)
 
     def context_flops(self, tokens) -> np.ndarray:

@@ -1,10 +1,13 @@
 """Accuracy of an approximate attention against the dense reference on the same inputs: distributions
-(KL), selections (recall, mass covered). Output errors (rel_error, cosine) are kvlab.quant.metrics'."""
+(KL), selections (recall, mass covered), and the output error a quantized K / V causes (attention_error). Elementwise
+output errors (rel_error, cosine) are kvlab.quant.metrics'."""
 from __future__ import annotations
 
 import torch
 
 from ..checks import need_int, need_number
+from ..quant.metrics import rel_error
+from .dense import dense_attention
 from .checks import need_index, need_real, same
 
 
@@ -57,3 +60,19 @@ def _selection(selected, probs) -> None:
     need_index("selected", selected, probs.shape[-1], "[..., k]")
     if tuple(selected.shape[:-1]) != tuple(probs.shape[:-1]):
         same("selected leading dims", tuple(selected.shape[:-1]), "probs leading dims", tuple(probs.shape[:-1]))
+
+
+def attention_error(k: torch.Tensor, v: torch.Tensor, k_hat: torch.Tensor, v_hat: torch.Tensor,
+                     q: torch.Tensor | None = None, queries: int = 16, seed: int = 0) -> float:
+    """Relative error of the attention output from dequantized K, V against full-precision K, V: k, v
+    [..., T, D] (leading dims are heads), every query attending to every key with kvlab.attention's dense
+    attention. q [..., Tq, D] defaults to `queries` seeded Gaussian queries scaled like the keys."""
+    if q is None:
+        gen = torch.Generator().manual_seed(seed)
+        q = torch.randn(*k.shape[:-2], queries, k.shape[-1], generator=gen)  # [..., Tq, D]
+        q = q.to(k.device) * k.float().std()
+
+    def attend(keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        return dense_attention(*(t.reshape(1, -1, *t.shape[-2:]) for t in (q, keys, values)))  # [1, heads, Tq, Dv]
+
+    return rel_error(attend(k, v), attend(k_hat, v_hat))

@@ -2,10 +2,10 @@
 
 Conventions for a notebook (tests/test_notebook_conventions.py checks the first three):
 1. Cell 1, tagged `parameters`: one typed, commented default per line (`hbm_gb: float = 0.05  # KV budget, GB`).
-2. Cell 2: `from kvlab.<pkg>.<module> import XParams` and one line `params = XParams.of(globals())`. XParams, a
-   `kvlab.nb.params.NotebookParams` dataclass, lives beside the notebook's helpers (01/02 kvlab.report.compare,
-   03 kvlab.quant.study, 04 kvlab.attention.evaluate, 05 kvlab.cache.measurement, 06 kvlab.serving.capacity,
-   07 kvlab.sim.tiering). Its fields are the parameters
+2. Cell 2: `from kvlab.nb.<topic> import XParams` and one line `params = XParams.of(globals())`. XParams, a
+   `kvlab.nb.params.NotebookParams` dataclass, lives in kvlab/nb/ with the notebook's own glue, never in an
+   algorithm module (which never imports kvlab.nb): 01/02 compare, 03 quantizers, 04 attention, 05 memory,
+   06 sessions, 07 tiering, 08 quality, 09 serving. Its fields are the parameters
    (same names and order, a comment each, no defaults: the parameters cell holds them); `__post_init__` checks
    each with the NotebookParams helpers (kvlab.checks underneath), so a bad value stops the notebook here with
    one ParameterError naming the parameter. Derived values (resolved formats, a device) are init=False fields.
@@ -23,7 +23,7 @@ Conventions for a notebook (tests/test_notebook_conventions.py checks the first 
    other kernel sets and thread counts). A papermill test (tests/test_nb_NN.py) runs small parameters and
    asserts recorded floats with explicit tolerances (`pytest.approx(..., rel=...)`), exact figures with ==,
    and a bad parameter's message.
-Modules: params (the dataclass base), record (named results), tolerance (how outputs compare), nbval_plugin
+Modules: params (the dataclass base), one per notebook topic (above), record (named results), tolerance (how outputs compare), nbval_plugin
 (wires tolerance into nbval; skips trace-only cells marked "# needs: Mooncake traces"), runner (batch runs),
 sweep (parameter grids on dask), figures (README figures), nbclean (strip volatile metadata).
 """

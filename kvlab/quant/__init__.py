@@ -8,10 +8,10 @@ from .api import QuantizeError, quantize
 from .e2m1 import decode_e2m1, encode_e2m1, pack_bits, unpack_bits
 from .fp8 import decode_fp8, encode_fp8, vllm_kv_scales
 from .kivi import KiviKV, kivi_quantize
-from .metrics import attention_error, cosine, max_step_error, rel_error, sqnr
+from .metrics import cosine, max_step_error, rel_error, sqnr
 from .roundtrip import roundtrip
 from .tensor import QuantizedTensor
 
 __all__ = ["QuantizeError", "quantize", "QuantizedTensor", "encode_e2m1", "decode_e2m1", "pack_bits", "unpack_bits",
            "encode_fp8", "decode_fp8", "vllm_kv_scales", "KiviKV", "kivi_quantize", "sqnr", "rel_error", "cosine",
-           "max_step_error", "attention_error", "roundtrip"]
+           "max_step_error", "roundtrip"]

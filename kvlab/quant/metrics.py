@@ -55,21 +55,3 @@ def max_step_error(x: torch.Tensor, q: QuantizedTensor) -> float:
     step = q.step()
     ratio = torch.where(step > 0, err / step, torch.where(err > 0, math.inf, 0.0))
     return float(ratio.max()) if ratio.numel() else 0.0
-
-
-def attention_error(k: torch.Tensor, v: torch.Tensor, k_hat: torch.Tensor, v_hat: torch.Tensor,
-                     q: torch.Tensor | None = None, queries: int = 16, seed: int = 0) -> float:
-    """Relative error of the attention output from dequantized K, V against full-precision K, V: k, v
-    [..., T, D] (leading dims are heads), every query attending to every key with kvlab.attention's dense
-    attention. q [..., Tq, D] defaults to `queries` seeded Gaussian queries scaled like the keys."""
-    from ..attention.dense import dense_attention  # imported here: kvlab.attention builds on kvlab.quant
-
-    if q is None:
-        gen = torch.Generator().manual_seed(seed)
-        q = torch.randn(*k.shape[:-2], queries, k.shape[-1], generator=gen)  # [..., Tq, D]
-        q = q.to(k.device) * k.float().std()
-
-    def attend(keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        return dense_attention(*(t.reshape(1, -1, *t.shape[-2:]) for t in (q, keys, values)))  # [1, heads, Tq, Dv]
-
-    return rel_error(attend(k, v), attend(k_hat, v_hat))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..checks import need_choice, need_int, need_number
-from .hardware import Gpu
+from ..hardware import Gpu
 
 VLLM_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization (vLLM engine arguments)
 TRTLLM_FREE_FRACTION = 0.9  # KvCacheConfig.free_gpu_memory_fraction default (tensorrt_llm/llmapi/llm_args.py)

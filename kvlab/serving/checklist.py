@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..checks import need_int, need_list
 from ..errors import KvlabError
 from .capacity import plan, request_rate
-from .hardware import get_gpu
+from ..hardware import get_gpu
 from .parallel import Parallelism
 
 

@@ -14,9 +14,7 @@ from collections import deque
 
 import numpy as np
 
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+from ..checks import cdiv
 
 
 class Replica:
@@ -166,7 +164,7 @@ class Replica:
         c0 = np.array([a.computed[r] for r in run], np.int64)  # [B] contexts at the planned step
         held = np.array([a.held[r] for r in run], np.int64)  # [B] pages held (the planned step's included)
         K = np.arange(1, k + 1, dtype=np.int64)[:, None]  # [k, 1] steps taken
-        extra = np.maximum(-(-(c0[None, :] + K) // pt) - held[None, :], 0).sum(1)  # [k] pages to grow into
+        extra = np.maximum(cdiv(c0[None, :] + K, pt) - held[None, :], 0).sum(1)  # [k] pages to grow into
         return int(np.searchsorted(extra, self.free, side="right"))
 
     def advance_decode(self, steps: int) -> None:

@@ -372,7 +372,7 @@ def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", 
     blocks, with the GPU's bandwidths (kvlab.sim.tiering.make_tiers). `scheduler`: other ServeConfig fields.
     A model the engine has no published layout for (V4.1-Flash under vLLM) is counted as the model stores it,
     under vLLM's memory rule, and `layout_note` says so (as the roofline's step times do)."""
-    from .hardware import get_gpu
+    from ..hardware import get_gpu
     from .parallel import Parallelism
     from ..sim.tiering import make_tiers
     par = Parallelism(tp=need_int("tp", tp, 1), pp=need_int("pp", pp, 1))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import need_int, need_number
+from ..checks import cdiv, need_int, need_number
 from ..errors import ParameterError
 
 Z95 = 1.959963984540054  # the standard normal's 97.5th percentile (two-sided 95%)
@@ -166,7 +166,7 @@ def median_interval(values, block: int = 1, resamples: int = 2000, seed: int = 0
     need_int("block", block, 1, x.size)
     need_int("resamples", resamples, 10)
     need_int("seed", seed, 0)
-    k = -(-x.size // block)  # blocks per resample
+    k = cdiv(x.size, block)  # blocks per resample
     starts = np.random.default_rng(seed).integers(0, x.size - block + 1, size=(resamples, k))  # [R, k]
     idx = (starts[..., None] + np.arange(block)).reshape(resamples, -1)[:, :x.size]  # [R, n]
     low, high = np.percentile(np.median(x[idx], axis=1), [2.5, 97.5])

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ...checks import need_choice, need_int
 from ...engines import ENGINES
 from ...errors import ParameterError
-from ..hardware import get_gpu
+from ...hardware import get_gpu
 from . import aiconfigurator
 from .aiconfigurator import Aiconfigurator
 from .base import Chunk, Step, StepTime, StepTimeSource, parse_decode, parse_prefill

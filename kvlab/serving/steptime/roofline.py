@@ -32,7 +32,7 @@ from ...errors import KvlabError, ParameterError
 from ...layout import Shard
 from ...models import load_model
 from ..capacity import weight_bytes
-from ..hardware import get_gpu
+from ...hardware import get_gpu
 from .base import Step, StepTime, StepTimeSource
 
 MEMORY_EFFICIENCY = 0.92  # assumption (fitted): share of hbm_tb_s a step's weight and KV reads achieve

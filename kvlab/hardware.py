@@ -10,9 +10,9 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..checks import need_number
-from ..errors import ParameterError
-from ..models import DATA_DIR
+from .checks import need_number
+from .errors import ParameterError
+from .models import DATA_DIR
 
 HARDWARE_FILE = DATA_DIR / "hardware.json"
 FIELDS = ("hbm_gb", "hbm_tb_s", "host_link_gb_s", "host_dram_gb", "ssd_gb_s")

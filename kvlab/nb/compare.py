@@ -1,4 +1,4 @@
-"""Tables that compare models, formats and ways of counting (the notebooks show these)."""
+"""Notebooks 01 and 02: tables that compare models, formats and ways of counting, and the two notebooks' parameters."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,7 +10,7 @@ from ..errors import KvlabError, ParameterError
 from ..formats import get_format
 from ..layout import SCHEMES, Layout, build_layout
 from ..models import catalog_names, load_model
-from ..nb.params import NotebookParams
+from .params import NotebookParams
 
 
 def _num(x: Fraction):
@@ -55,7 +55,8 @@ def layer_summary(layout: Layout) -> list[dict]:
     need_type("layout", layout, Layout, "a kvlab.layout.Layout (build_layout(model))")
     rows: list[dict] = []
     for layer in layout.layers:
-        stores = ", ".join(f"{c.role} " + (f"{c.copies} x " if c.copies > 1 else "") + f"{c.entry.format_name} {c.entry.nbytes} B" + (f" /{c.ratio}" if c.ratio > 1 else "")
+        stores = ", ".join(f"{c.role} " + (f"{c.copies} x " if c.copies > 1 else "")
+                           + f"{c.entry.format_name} {c.entry.nbytes} B" + (f" /{c.ratio}" if c.ratio > 1 else "")
                            + (f" (window {c.window})" if c.window else "") for c in layer.components
                            if c.tail_of is None) or "-"
         bpt = sum((c.bytes_per_token for c in layer.components), Fraction(0))

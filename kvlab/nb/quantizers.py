@@ -1,9 +1,9 @@
-"""The formats study behind notebook 03: KV samples, format tables, error per format.
+"""Notebook 03 (quantizers): its parameters, and the formats study behind it: KV samples, format tables, error per
+format.
 
-Keys and values are drawn per distribution; every format quantizes them through
-`kvlab.quant.quantize` (integer formats with KIVI's grouping: keys per channel over G tokens,
-values per token), and the errors and byte counts come from kvlab.quant.metrics and
-kvlab.formats / kvlab.layout.
+Keys and values are drawn per distribution; every format quantizes them through `kvlab.quant.quantize` (integer
+formats with KIVI's grouping: keys per channel over G tokens, values per token), and the errors and byte counts come
+from kvlab.quant.metrics, kvlab.attention.metrics (the attention output's error) and kvlab.formats / kvlab.layout.
 """
 from __future__ import annotations
 
@@ -12,46 +12,19 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..attention.metrics import attention_error
 from ..errors import ParameterError
 from ..formats import Format, get_format
 from ..layout import build_layout
 from ..models import catalog_names
-from ..nb.params import NotebookParams
-from .api import quantize
-from .metrics import attention_error, cosine, max_step_error, rel_error, sqnr
+from ..quant.api import quantize
+from ..quant.metrics import cosine, max_step_error, rel_error, sqnr
+from .params import NotebookParams
+
 
 DISTRIBUTIONS = ("gaussian", "outlier_channels", "student_t")
 OUTLIER_GAIN = 10.0  # outlier channels are this many times larger than the rest
 OUTLIER_EVERY = 32  # one outlier channel per this many channels
-
-
-@dataclass
-class QuantizersParams(NotebookParams):
-    """Notebook 03's parameters, checked on construction; `kv_shape`, `fmts` and `model_names` are resolved."""
-
-    shape: list  # K and V shape: [heads, tokens, head_dim]
-    distributions: list  # synthetic KV data (DISTRIBUTIONS)
-    formats: list  # formats to compare
-    seed: int  # seed of the synthetic data and the attention queries
-    models: list  # catalog models for the bytes table (empty: the whole catalog)
-    kv_shape: tuple = field(init=False)  # (heads, tokens, head_dim)
-    fmts: list = field(init=False, repr=False)  # the formats, looked up
-    model_names: list = field(init=False)  # the models of the bytes table
-
-    def __post_init__(self):
-        shape = self.need_ints("shape")
-        if len(shape) != 3:
-            raise ParameterError(f"parameter shape must be [heads, tokens, head_dim], got {self.shape!r}")
-        self.kv_shape = tuple(shape)
-        self.need_names("distributions", DISTRIBUTIONS)
-        self.fmts = [self.need_lookup("formats", get_format, f) for f in self.need_names("formats")]
-        for fmt in self.fmts:
-            if fmt.element.kind == "int" and shape[1] % fmt.block:
-                raise ParameterError(f"parameter shape: tokens ({shape[1]}) must be a multiple of {fmt.name}'s group "
-                                     f"of {fmt.block} (KIVI groups keys over tokens)")
-        self.need_int("seed", 0)
-        known = catalog_names()
-        self.model_names = self.need_names("models", known, empty=True) or known
 
 
 def sample_kv(shape: tuple[int, int, int], distribution: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,3 +103,32 @@ def error_rows(formats: list[Format], distributions: list[str], shape, seed: int
 def finite(v: float, cap: float = 200.0) -> float:
     """Lossless formats have infinite SQNR: cap for plotting and recording."""
     return cap if math.isinf(v) else v
+
+
+@dataclass
+class QuantizersParams(NotebookParams):
+    """Notebook 03's parameters, checked on construction; `kv_shape`, `fmts` and `model_names` are resolved."""
+
+    shape: list  # K and V shape: [heads, tokens, head_dim]
+    distributions: list  # synthetic KV data (DISTRIBUTIONS)
+    formats: list  # formats to compare
+    seed: int  # seed of the synthetic data and the attention queries
+    models: list  # catalog models for the bytes table (empty: the whole catalog)
+    kv_shape: tuple = field(init=False)  # (heads, tokens, head_dim)
+    fmts: list = field(init=False, repr=False)  # the formats, looked up
+    model_names: list = field(init=False)  # the models of the bytes table
+
+    def __post_init__(self):
+        shape = self.need_ints("shape")
+        if len(shape) != 3:
+            raise ParameterError(f"parameter shape must be [heads, tokens, head_dim], got {self.shape!r}")
+        self.kv_shape = tuple(shape)
+        self.need_names("distributions", DISTRIBUTIONS)
+        self.fmts = [self.need_lookup("formats", get_format, f) for f in self.need_names("formats")]
+        for fmt in self.fmts:
+            if fmt.element.kind == "int" and shape[1] % fmt.block:
+                raise ParameterError(f"parameter shape: tokens ({shape[1]}) must be a multiple of {fmt.name}'s group "
+                                     f"of {fmt.block} (KIVI groups keys over tokens)")
+        self.need_int("seed", 0)
+        known = catalog_names()
+        self.model_names = self.need_names("models", known, empty=True) or known
