@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..checks import need_choice, need_int, need_number, need_type
+from ..checks import cdiv, need_choice, need_int, need_number, need_type
 from ..errors import NoEngineLayout, ParameterError
 from ..sim.traces import Trace, access_tokens
 from .prefixcache import TierCache
-from .replica import Replica, cdiv
+from .replica import Replica
 from .router import ROUTERS, route
 from .stepmodel import AffineStepModel, StepModel
 
