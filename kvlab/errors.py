@@ -37,3 +37,9 @@ class ShapeError(KvlabError):
 
 class CacheFormatError(KvlabError):
     """A cache (KV store) in a different number format or width than the caller expects."""
+
+
+class SampleError(ParameterError):
+    """An evaluation sample kvlab cannot use, or a task file (JSONL of samples) that cannot be read: a missing
+    column, an empty answer, a wrong type, a file that is not JSONL; the message names the file, the line and the
+    field."""

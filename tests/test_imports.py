@@ -23,8 +23,8 @@ MAX_FLAT = 11  # modules directly in kvlab/ besides __init__.py and __main__.py
 # The floors, lowest first: a module may import its own package and the packages below its own, never one above
 # ("core" is the flat modules in kvlab/: errors, checks, formats, models, layout, engines, hardware, ...). Entry points
 # (kvlab/__init__.py, which re-exports the API, and every __main__.py) may import anything.
-FLOORS = ["core", "stats", "quant", "cache", "attention", "families", "sim", "hf", "train", "serving", "report", "nb",
-          "cli"]
+FLOORS = ["core", "stats", "quant", "cache", "attention", "families", "sim", "hf", "quality", "train", "serving",
+          "report", "nb", "cli"]
 KNOWN_UPWARD = {("hf", "train")}  # evaluation still reads the trained models' tasks, corpus and V4.1-like model
 
 
