@@ -72,6 +72,14 @@ def test_prompt_smollm2_chat_template(smol):
     assert p.context_ids[0] == smol.convert_tokens_to_ids("<|im_start|>")  # special tokens read as such
     aware = build_prompt(smol, ctx, q, prefix, "question_aware")
     assert aware.context_text == SMOL_HEAD + ctx + q and aware.question_text == SMOL_SUFFIX + prefix
+    template = smol.chat_template
+    try:  # without a chat template: BOS (SmolLM2's is <|im_start|>) + context; the question, "\n", the prefix
+        smol.chat_template = None
+        plain = build_prompt(smol, ctx, q, prefix)
+    finally:
+        smol.chat_template = template
+    assert plain.context_text == "<|im_start|>" + ctx and plain.question_text == q + "\n" + prefix
+    assert plain.context_ids == smol.encode("<|im_start|>" + ctx, add_special_tokens=False)
 
 
 @pytest.mark.parametrize("case", range(len(ORACLE["prompts"])))
