@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvlab-installed
 export PYTHONHASHSEED := 0
 
-.PHONY: setup run test test-matrix lab bench notebooks figures gpu-check train clean oracle-kvpress
+.PHONY: setup run test test-matrix lab bench notebooks figures gpu-check train clean oracle-kvpress oracle-vllm
 
 setup: $(STAMP)
 
@@ -98,5 +98,22 @@ $(KVPRESS_STAMP):
 oracle-kvpress: setup $(KVPRESS_STAMP)
 	KVLAB_KVPRESS_PYTHON=$(KVPRESS_VENV)/bin/python $(BIN)/python -m pytest -p no:xdist tests/test_kvpress_oracle.py -q
 
+# vLLM 0.33.0 as the oracle of kvlab's vLLM rules (one venv for every vLLM check): it brings its own CUDA torch, about
+# 9.5 GB, so it lives in a venv of its own (measured: 161 s to install from a local mirror) and runs on a CPU.
+# tests/oracles/vllm_capacity.py computes vLLM's KV-cache plan (get_kv_cache_configs, get_kv_cache_capacity) for the
+# catalog and generated configs into tests/fixtures/vllm_capacity.json (about 30 s), then tests/test_vllm_capacity.py
+# compares kvlab with every case; CI runs that test on the committed fixture, without vLLM.
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.vllm-installed
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q vllm==0.33.0
+	touch $(VLLM_STAMP)
+
+oracle-vllm: setup $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python tests/oracles/vllm_capacity.py tests/fixtures/vllm_capacity.json
+	$(BIN)/python -m pytest -p no:xdist -o addopts= -p no:cacheprovider -q tests/test_vllm_capacity.py
+
 clean:
-	rm -rf $(VENV) $(KVPRESS_VENV) runs
+	rm -rf $(VENV) $(KVPRESS_VENV) $(VLLM_VENV) runs
