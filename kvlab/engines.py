@@ -9,12 +9,16 @@ one page of its own (padded to `state_page` bytes where the engine pads it).
 
 Each family (kvlab.families) says which rule an engine applies to it; the rules and their
 sources:
-  vLLM     dense attention: 16-token blocks, page = block x heads x head_size x dtype per K and V
-           (vllm/v1/kv_cache_interface.py AttentionSpec.real_page_size_bytes); MLA / DSA (FlashMLA):
-           64-token blocks; DeepSeek V4: 256-token logical blocks, each page rounded up to a multiple of
-           576 B; hybrid attention + Mamba / linear-attention models: the attention block enlarged until
-           one attention page holds a layer's state, and the state page padded to it
-           (vllm/platforms/interface.py _align_hybrid_block_size; vllm/v1/kv_cache_interface.py MambaSpec)
+  vLLM     (0.33, the backends an SM90 GPU -- H100 / H200 -- selects: vllm/platforms/cuda.py
+           _get_backend_priorities) dense attention: FLASH_ATTN, 16-token blocks, page = block x heads x
+           head_size x dtype per K and V (vllm/v1/kv_cache_interface.py AttentionSpec.page_size_bytes); MLA:
+           FLASH_ATTN_MLA, 16-token blocks, for a BF16 / FP16 cache, FLASHMLA, 64-token blocks, for an FP8 one
+           (FLASH_ATTN_MLA's supported_kv_cache_dtypes are auto / float16 / bfloat16); DSA (V3.2): 64-token
+           blocks; DeepSeek V4: 256-token logical blocks, each page rounded up to a multiple of 576 B; hybrid
+           attention + Mamba / linear-attention models: the attention block enlarged until one attention page
+           holds a layer's state, and the state page padded to it (vllm/platforms/interface.py
+           _align_hybrid_block_size; vllm/v1/kv_cache_interface.py MambaSpec). How vLLM turns pages into
+           its block count and maximum concurrency is kvlab.serving.vllm_plan's concern.
   SGLang   a token-granular pool: page_size 1 unless --page-size (python/sglang/srt/mem_cache/memory_pool.py,
            server_args.py page_size); KV dtypes auto, fp8_e4m3 / fp8_e5m2 (one scale per tensor), fp4_e2m1
            (E2M1 with one 8-bit scale per 16 values: kvlab's mxfp4_b16) and int8 (per token and head, FP16
@@ -96,7 +100,10 @@ class Engine:
 EXACT = Engine("exact", source="the layout's own bytes, nothing rounded")
 VLLM_DENSE = Engine("vllm", 16, 1, "vllm/v1/kv_cache_interface.py AttentionSpec.real_page_size_bytes: 16-token blocks; "
                    f"windows: {WINDOW_RULES['vllm'][1]}")
-VLLM_MLA = Engine("vllm", 64, 1, "vLLM FlashMLA backends: 64-token blocks")
+VLLM_MLA = Engine("vllm", 16, 1, "vLLM FLASH_ATTN_MLA (SM90's first MLA backend for a BF16 / FP16 cache): 16-token "
+                                 "blocks (vllm/v1/attention/backends/mla/flashattn_mla.py MultipleOf(16))")
+VLLM_FLASHMLA = Engine("vllm", 64, 1, "vLLM FLASHMLA (SM90's MLA backend for an FP8 cache) and the sparse MLA "
+                                      "backends: 64-token blocks (vllm/v1/attention/backends/mla/flashmla.py)")
 VLLM_V4 = Engine("vllm", 256, 576, "vLLM DeepSeek V4: 256-token logical blocks, pages rounded up to a multiple of 576 B")
 SGLANG_PAGE = 1  # SGLang's default page size: a token-granular pool (server_args.py page_size; --page-size)
 TRTLLM_TOKENS_PER_BLOCK = 32  # TensorRT-LLM KvCacheConfig.tokens_per_block default (tensorrt_llm/llmapi/llm_args.py)
@@ -136,13 +143,17 @@ def engine_format(engine: str, name: str, head_dim: int | None = None) -> str | 
     return fmt
 
 
-def engine_for(layout: Layout, name: str | None = None, page_size: int | None = None) -> Engine:
+def engine_for(layout: Layout, name: str | None = None, page_size: int | None = None,
+               prefix_caching: bool = True) -> Engine:
     """The engine rule for a layout: `name` (vllm, sglang, trtllm) as its family allocates it, or, with no name,
-    the one its scheme implies (vLLM's paging for 'vllm', exact storage otherwise)."""
+    the one its scheme implies (vLLM's paging for 'vllm', exact storage otherwise). `prefix_caching` (vLLM's
+    default, on) decides how vLLM keeps a hybrid model's state ('align' mode, which can enlarge its blocks)."""
+    need_type("prefix_caching", prefix_caching, bool, "True or False")
     if name is None:
-        return layout.family.engine(layout, "vllm") if layout.scheme == "vllm" else EXACT
+        return layout.family.engine(layout, "vllm", prefix_caching=prefix_caching) if layout.scheme == "vllm" \
+            else EXACT
     need_choice("engine", name, ENGINES)
-    return layout.family.engine(layout, name, page_size)
+    return layout.family.engine(layout, name, page_size, prefix_caching=prefix_caching)
 
 
 def sglang(page_size: int | None = None) -> Engine:
@@ -227,10 +238,12 @@ class Allocation:
 
 
 def allocate(model, scheme: str | None = None, kv_format=None, engine: Engine | str | None = None, *,
-             k_format=None, v_format=None, shard: Shard | None = None, page_size: int | None = None) -> Allocation:
+             k_format=None, v_format=None, shard: Shard | None = None, page_size: int | None = None,
+             prefix_caching: bool = True) -> Allocation:
     """Build a model's layout and allocate it. `engine` is an Engine, or an engine's name (vllm, sglang, trtllm:
     its rule for this model's family), or None for the one the scheme implies. `scheme` None: 'vllm' under
-    vLLM, 'storage' otherwise (SGLang and TensorRT-LLM store the model's dtype unless a kv_format is given)."""
+    vLLM, 'storage' otherwise (SGLang and TensorRT-LLM store the model's dtype unless a kv_format is given).
+    `prefix_caching`: vLLM's switch (on by default), which sets a hybrid model's block size."""
     if isinstance(engine, str) and engine not in ENGINES:
         raise ParameterError(f"engine must be an engine's name ({', '.join(ENGINES)}) or a kvlab.engines.Engine "
                              f"(EXACT, VLLM_DENSE, ... or paged(block_tokens)); got {engine!r}")
@@ -247,7 +260,7 @@ def allocate(model, scheme: str | None = None, kv_format=None, engine: Engine | 
         layout = build_layout(model, scheme, kv_format, k_format=k_format, v_format=v_format, shard=shard)
     if isinstance(engine, Engine):
         return Allocation(layout, engine)
-    rule = engine_for(layout, engine, page_size)
+    rule = engine_for(layout, engine, page_size, prefix_caching)
     if engine in ("sglang", "trtllm"):
         check_engine_formats(layout, engine)
     return Allocation(layout, rule)

@@ -26,7 +26,7 @@ import torch
 from kvlab.nb import compare
 from kvlab.cli import main
 from kvlab.engines import Engine, allocate, paged
-from kvlab.errors import (ConfigError, KvlabError, ParameterError, ShapeError, UnknownFormatError,
+from kvlab.errors import (ConfigError, KvlabError, NoEngineLayout, ParameterError, ShapeError, UnknownFormatError,
                           WrongTypeError)
 from kvlab.formats import FORMATS, dtype_format, get_format
 from kvlab.layout import build_layout
@@ -40,6 +40,7 @@ from kvlab import hardware
 from kvlab.serving import capacity
 from kvlab.serving.budget import kv_budget
 from kvlab.serving.parallel import Parallelism, per_gpu
+from kvlab.serving.vllm_plan import vllm_plan
 from nbutil import tiny_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -367,10 +368,24 @@ DEGENERATE = [
      ["tokens_per_request"]),
     ("negative sessions", lambda: capacity.request_rate(1000, 100, -1, 20), ParameterError, ["sessions", ">= 0"]),
     ("sessions as text", lambda: capacity.request_rate(1000, 100, "ten", 20), WrongTypeError, ["sessions", "'ten'"]),
-    ("vLLM plan of length 0", lambda: capacity.vllm_plan("qwen3-8b", 10**9, 0), ParameterError,
+    ("vLLM plan of length 0", lambda: vllm_plan("qwen3-8b", 10**9, 0), ParameterError,
      ["max_model_len", ">= 1"]),
-    ("vLLM plan of negative memory", lambda: capacity.vllm_plan("qwen3-8b", -1, 1000), ParameterError,
-     ["available_bytes", ">= 0"]),
+    ("vLLM plan of negative memory", lambda: vllm_plan("qwen3-8b", -1, 1000), ParameterError,
+     ["kv_cache_memory_bytes", ">= 1"]),
+    ("vLLM plan above the model's length", lambda: vllm_plan("qwen3-8b", 10**10, 40_961), ParameterError,
+     ["max_model_len 40,961 exceeds the model's 40,960 tokens"]),
+    ("vLLM plan under one block", lambda: vllm_plan("qwen3-8b", 10**6, 1000), ParameterError,
+     ["vLLM refuses 1,000,000 B", "not even one block of every group fits"]),
+    ("vLLM plan window above max_model_len", lambda: vllm_plan("gpt-oss-20b", 10**10, 100), ParameterError,
+     ["sliding window (128 tokens) is larger than max_model_len 100"]),
+    ("vLLM plan with DCP over a window", lambda: vllm_plan("gpt-oss-20b", 10**10, 1000, tp=16, dcp=2),
+     ParameterError, ["DCP 2", "sliding window"]),
+    ("vLLM plan of a V4 cache", lambda: vllm_plan("deepseek-v4-flash", 10**10, 1000), NoEngineLayout,
+     ["not checked against it"]),
+    ("vLLM batches in flight 0", lambda: vllm_plan("qwen3-8b", 10**10, 1000, batches_in_flight=0), ParameterError,
+     ["batches_in_flight", ">= 1"]),
+    ("vLLM prefix caching as text", lambda: vllm_plan("qwen3-8b", 10**10, 1000, prefix_caching="no"),
+     WrongTypeError, ["prefix_caching"]),
     ("session of -1 tokens", lambda: build_layout("qwen3-8b").session(-1), ParameterError, ["tokens", "-1"]),
     ("TP 0", lambda: Parallelism(tp=0), ParameterError, ["tp", ">= 1", "0"]),
     ("DP attention as text", lambda: Parallelism(tp=8, dp_attention="yes"), WrongTypeError, ["dp_attention", "'yes'"]),
@@ -412,7 +427,7 @@ def test_cli_max_model_len_is_not_replaced(capsys):
 def test_cli_says_why_no_session_fits(capsys):
     assert main(["sessions", "qwen3-8b", "--gpu", "L40S", "--context", "10,000,000"]) == 0
     out = capsys.readouterr().out
-    assert "sessions per GPU: 0" in out and "more than the" in out and "usable" in out
+    assert "sessions per GPU, held while decoding: 0" in out and "more than the" in out and "usable" in out
 
 
 # --- 4. numbers too large for their type -------------------------------------------------------------------
@@ -1260,8 +1275,13 @@ COUNTS = [
     ("plan weights", "weights", lambda v: capacity.plan("qwen3-8b", "H100", 1000, weights=v)),
     ("plan page_size", "page_size", lambda v: capacity.plan("qwen3-8b", "H100", 1000, engine="sglang", page_size=v)),
     ("session_cost", "tokens", lambda v: capacity.session_cost("qwen3-8b", v)),
-    ("vllm_plan available_bytes", "available_bytes", lambda v: capacity.vllm_plan("qwen3-8b", v, 1000)),
-    ("vllm_plan max_model_len", "max_model_len", lambda v: capacity.vllm_plan("qwen3-8b", 10**10, v)),
+    ("vllm_plan kv_cache_memory_bytes", "kv_cache_memory_bytes", lambda v: vllm_plan("qwen3-8b", v, 1000)),
+    ("vllm_plan max_model_len", "max_model_len", lambda v: vllm_plan("qwen3-8b", 10**10, v)),
+    ("vllm_plan max_num_batched_tokens", "max_num_batched_tokens",
+     lambda v: vllm_plan("qwen3-8b", 10**10, 1000, max_num_batched_tokens=v)),
+    ("vllm_plan tp", "tp", lambda v: vllm_plan("qwen3-8b", 10**10, 1000, tp=v)),
+    ("plan kv_cache_memory_bytes", "kv_cache_memory_bytes",
+     lambda v: capacity.plan("qwen3-8b", "H100", 1000, kv_cache_memory_bytes=v)),
     ("kv_budget tp", "tp", lambda v: budget.kv_budget("vllm", hardware.get_gpu("H100"), 10**9, 10**9, tp=v)),
     ("kv_budget pp", "pp", lambda v: budget.kv_budget("vllm", hardware.get_gpu("H100"), 10**9, 10**9, pp=v)),
     ("kv_budget weight_share", "weight_share", lambda v: budget.kv_budget("vllm", hardware.get_gpu("H100"), v, 0)),

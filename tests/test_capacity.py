@@ -3,7 +3,8 @@ import json
 
 import pytest
 
-from kvlab.serving.capacity import (cdiv, plan, replay_window, request_rate, session_cost, vllm_plan, weight_bytes)
+from kvlab.serving.capacity import cdiv, plan, replay_window, request_rate, session_cost, weight_bytes
+from kvlab.serving.vllm_plan import vllm_plan
 from kvlab.cli import main
 from kvlab.errors import ParameterError
 from kvlab.hardware import get_gpu, gpu_names, load_catalog
@@ -85,25 +86,28 @@ def test_weight_estimates():
 
 
 def test_vllm_dense_formula_by_hand():
+    """vLLM floors the block count first: num_blocks = memory // (36 layers x 16-token pages), then / cdiv(L, 16)."""
     avail = 10 * 2**30
     v = vllm_plan("qwen3-8b", avail, 40_000)
     page = 2 * 16 * 8 * 128 * 2  # per layer, K and V
-    assert v.page_bytes_per_layer == page
-    assert v.num_blocks == avail // page // 36
+    assert v.bytes_per_block == 36 * page and v.num_blocks == avail // page // 36
     assert v.blocks_per_request == cdiv(40_000, 16) == 2_500
     assert v.max_concurrency == v.num_blocks / 2_500
-    assert v.exact_concurrency == avail / (QWEN * 40_000)
-    assert abs(v.max_concurrency - v.exact_concurrency) < 0.01  # 40,000 is a multiple of 16
+    assert v.held_bytes == QWEN * 40_000  # 40,000 is a multiple of 16: held while decoding = reserved
+    assert v.held_concurrency == avail / (QWEN * 40_000) >= v.max_concurrency  # unfloored
 
 
 def test_vllm_rounds_requests_up_to_blocks():
     v = vllm_plan("qwen3-8b", 10 * 2**30, 40_001)
-    assert v.blocks_per_request == 2_501 and v.max_concurrency < v.exact_concurrency
+    assert v.blocks_per_request == 2_501 and v.max_concurrency < v.held_concurrency
 
 
-def test_vllm_v4_uses_padded_pages():
-    v = vllm_plan("deepseek-v4-flash", 50 * 10**9, 131_072)
-    assert v.max_concurrency < v.exact_concurrency  # 3,915 padded vs 3,514.25 B/token
+def test_vllm_reserves_windows_with_tokens_in_flight():
+    """gpt-oss-20b: a 128-token window reserves cdiv(127 + 16,384, 16) + 1 = 1,033 blocks at admission, held while
+    decoding only the window's 9 pages: the two answers differ by 1.5x (issue 34)."""
+    v = vllm_plan("gpt-oss-20b", 40 * 2**30, 32_768)
+    assert [g.blocks_per_request for g in v.groups] == [1_033, 2_048]
+    assert round(v.max_concurrency, 2) == 35.45 and round(v.held_concurrency, 1) == 53.1
 
 
 def test_request_rate_capped_by_sessions():

@@ -102,6 +102,14 @@ def test_vllm_stays_the_default_engine_rule():
     assert allocate("qwen3-8b", "vllm").engine == allocate("qwen3-8b", engine="vllm").engine
 
 
+def test_vllm_mla_block_follows_the_sm90_backend():
+    """SM90 runs a BF16 latent on FLASH_ATTN_MLA (16-token blocks) and an FP8 one on FLASHMLA (64), which the
+    oracle's DeepSeek-V3 cases confirm (tests/fixtures/vllm_capacity.json); V3.2's sparse MLA keeps 64."""
+    assert allocate("deepseek-v3", engine="vllm").engine.block_tokens == 16
+    assert allocate("deepseek-v3", engine="vllm", kv_format="fp8").engine.block_tokens == 64
+    assert allocate("deepseek-v3.2", engine="vllm").engine.block_tokens == 64
+
+
 @pytest.mark.parametrize("call,words", [
     (lambda: allocate("qwen3-8b", engine="sglang", kv_format="nvfp4"), ["sglang does not store KV as nvfp4",
                                                                          "fp4_e2m1"]),

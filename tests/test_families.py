@@ -91,13 +91,25 @@ def test_hybrid_session_is_small_per_token_but_large_per_session():
 
 
 def test_vllm_hybrid_allocator_enlarges_the_attention_block():
-    """_align_hybrid_block_size: block = 16 x cdiv(state page, 16 x 2,048 B) = 16 x cdiv(1,097,728, 32,768) = 544
-    for Qwen3-Next; each state page padded to 544 x 2,048 B."""
-    a = allocate("qwen3-next-80b-a3b", engine="vllm")
+    """_align_hybrid_block_size: without prefix caching block = 16 x cdiv(state page, 16 x 2,048 B) = 16 x
+    cdiv(1,097,728, 32,768) = 544 for Qwen3-Next; with it (vLLM's default, 'align' mode) a multiple of the GDN's
+    64-token prefill checkpoints: 64 x cdiv(1,097,728, 64 x 2,048) = 576. Each state page padded to the block's
+    attention page."""
     state = 8192 * 3 * 2 + 32 * 128 * 128 * 2
-    assert state == 1_097_728 and a.engine.block_tokens == 544 and a.engine.state_page == 544 * 2048
-    assert a.session(1).bounded == 36 * 544 * 2048
-    assert a.bytes_per_token == 24_576  # attention pages hold whole tokens: no padding per token
+    none = allocate("qwen3-next-80b-a3b", engine="vllm", prefix_caching=False)
+    assert state == 1_097_728 and none.engine.block_tokens == 544 and none.engine.state_page == 544 * 2048
+    assert none.session(1).bounded == 36 * 544 * 2048
+    assert none.bytes_per_token == 24_576  # attention pages hold whole tokens: no padding per token
+    align = allocate("qwen3-next-80b-a3b", engine="vllm")
+    assert align.engine.block_tokens == 576 and align.engine.state_page == 576 * 2048
+    fp8 = allocate("qwen3-next-80b-a3b", engine="vllm", kv_format="fp8")  # 1,024 B a token: 1,072 / 1,088
+    assert fp8.engine.block_tokens == 1088
+    assert allocate("qwen3-next-80b-a3b", engine="vllm", kv_format="fp8", prefix_caching=False).engine.block_tokens \
+        == 1072
+    jamba = allocate("jamba-v0.1", engine="vllm")  # Mamba-1 layers export no checkpoints: both modes alike
+    none = allocate("jamba-v0.1", engine="vllm", prefix_caching=False)
+    state, token = 8192 * 3 * 2 + 8192 * 16 * 2, 4096  # conv + SSM state; one token's K and V
+    assert jamba.engine.block_tokens == none.engine.block_tokens == 16 * -(-state // (16 * token)) == 80
 
 
 def test_nemotron_vllm_ssm_dtype_from_its_config():

@@ -7,8 +7,35 @@ from ..errors import ParameterError
 from .args import add_engine, add_formats, add_parallel, add_scheme, count as _count, format_kwargs, number as _number
 
 
+VLLM_FLAGS = ("kv_cache_memory_bytes", "max_model_len", "max_num_batched_tokens", "no_prefix_caching",
+              "no_async_scheduling")  # options that ask for vLLM's plan: with any of them a refusal is an error
+
+
+def vllm_record(args, cap, par) -> dict:
+    """vLLM's plan ("reserved at admission") for the sessions command; a refusal is an error when vLLM's plan was
+    asked for (--engine vllm or one of its options), else recorded as unavailable."""
+    from ..serving.vllm_plan import VLLM_BATCHES_IN_FLIGHT, vllm_plan
+    asked = args.engine == "vllm" or any(getattr(args, f) not in (None, False) for f in VLLM_FLAGS)
+    if args.engine not in (None, "vllm"):
+        return {}
+    try:
+        if par is not None and par.pp > 1:
+            raise ParameterError("vLLM plans each pipeline stage's pool and keeps the smallest block count; kvlab's "
+                                 "vLLM plan covers TP and DCP, not PP")
+        return vllm_plan(args.model, cap.usable_kv_bytes, args.context if args.max_model_len is None
+                         else args.max_model_len, args.kv_format, tp=1 if par is None else par.attention_tp,
+                         dcp=1 if par is None else par.dcp,
+                         max_num_batched_tokens=args.max_num_batched_tokens or 8192,
+                         batches_in_flight=1 if args.no_async_scheduling else VLLM_BATCHES_IN_FLIGHT,
+                         prefix_caching=not args.no_prefix_caching)
+    except ParameterError as e:
+        if asked:
+            raise
+        return {"unavailable": str(e)}
+
+
 def cmd_sessions(args) -> int:
-    from ..serving.capacity import plan, vllm_plan
+    from ..serving.capacity import plan
     from ..serving.parallel import Parallelism
     explicit = args.tp > 1 or args.dcp > 1 or args.pp > 1 or args.dp_attention
     par = Parallelism(args.tp, args.dcp, args.pp, args.dp_attention) if explicit else None
@@ -17,17 +44,13 @@ def cmd_sessions(args) -> int:
                weights=None if args.weight_gb is None else int(args.weight_gb * 1e9),
                activation_gb=args.activation_gb, replay_probability=args.replay_probability, parallel=par,
                engine=args.engine, memory_fraction=args.memory_fraction, page_size=args.page_size,
-               **format_kwargs(args))
+               kv_cache_memory_bytes=args.kv_cache_memory_bytes, **format_kwargs(args))
     out = cap.as_dict()
-    max_len = args.context if args.max_model_len is None else args.max_model_len
-    if args.engine in (None, "vllm") and not explicit:
-        try:
-            v = vllm_plan(args.model, cap.usable_kv_bytes, max_len, args.kv_format)
-            out["vllm"] = dict(num_blocks=v.num_blocks, block_tokens=v.block_tokens, max_model_len=v.max_model_len,
-                               max_concurrency=v.max_concurrency, exact_concurrency=v.exact_concurrency,
-                               formula=v.formula)
-        except ParameterError as e:
-            out["vllm"] = {"unavailable": str(e)}
+    v = vllm_record(args, cap, par)
+    if v:
+        out["vllm"] = v if isinstance(v, dict) else v.as_dict()
+        if args.explain and not isinstance(v, dict):
+            out["vllm"]["explanation"] = v.explain()
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -40,15 +63,24 @@ def cmd_sessions(args) -> int:
     print(f"  session{share}: {s.growing_bytes:,} B growing - {s.prefix_hit_bytes:,} B prefix hits "
           f"+ {s.replay_bytes:,.0f} B expected replay + {s.bounded_bytes:,} B bounded = {s.total:,.0f} B")
     print(f"  usable KV ({cap.budget.engine}'s rule): {cap.budget.rule}")
-    print(f"  sessions per GPU: {cap.sessions_per_gpu:,} ({cap.sessions_without_replay:,} without the replay "
-          f"penalty); per deployment of {cap.gpus} GPU(s): {cap.sessions_per_deployment:,}")
+    print(f"  sessions per GPU, held while decoding: {cap.sessions_per_gpu:,} ({cap.sessions_without_replay:,} "
+          f"without the replay penalty); per deployment of {cap.gpus} GPU(s): {cap.sessions_per_deployment:,}")
     if cap.sessions_per_deployment == 0:
         print(f"  (one {s.tokens:,}-token session needs {s.total:,.0f} B on a GPU, more than the "
               f"{cap.usable_kv_bytes:,} B usable: shorten the context, shard the KV or choose a smaller format)")
     if "num_blocks" in out.get("vllm", {}):
-        v = out["vllm"]
-        print(f"  vLLM: {v['num_blocks']:,} blocks of {v['block_tokens']} tokens, max concurrency "
-              f"{v['max_concurrency']:.2f} at {v['max_model_len']:,} tokens (exact storage: {v['exact_concurrency']:.2f})")
+        r = out["vllm"]
+        print(f"  vLLM, reserved at admission: {r['num_blocks']:,} blocks of {r['block_tokens']:,} tokens "
+              f"({r['bytes_per_block']:,} B each), {r['blocks_per_request']:,} blocks per {r['max_model_len']:,}-token "
+              f"request over {len(r['groups'])} group(s): max concurrency {r['max_concurrency']:.2f}")
+        print(f"    vLLM logs: {r['logged']}")
+        print(f"    held while decoding: {r['held_while_decoding']['bytes_per_request']:,} B per request -> "
+              f"{r['held_while_decoding']['concurrency']:.2f} requests")
+        if args.explain:
+            for line in v.explain()[1:]:
+                print("  " + line)
+    elif "unavailable" in out.get("vllm", {}):
+        print(f"  vLLM plan unavailable: {out['vllm']['unavailable']}")
     return 0
 
 
@@ -74,7 +106,17 @@ def register(sub) -> None:
     s.add_argument("--activation-gb", type=_number("--activation-gb", 0, 1e6), default=4.0)
     s.add_argument("--replay-probability", type=_number("--replay-probability", 0, 1), default=1.0,
                    help="chance a turn finds its host-resident window state expired (V4.1 replay)")
-    s.add_argument("--max-model-len", type=_count("--max-model-len", 1), default=None,
-                   help="vLLM comparison length (default: --context)")
+    s.add_argument("--max-model-len", type=_count("--max-model-len", 1, 2**31), default=None,
+                   help="vLLM's max_model_len for its plan (default: --context)")
+    s.add_argument("--kv-cache-memory-bytes", type=_count("--kv-cache-memory-bytes", 1, 2**60), default=None,
+                   help="KV memory handed to the engine per GPU, as vLLM's --kv-cache-memory-bytes (default: the "
+                        "engine's rule on GPU memory less weights and activations)")
+    s.add_argument("--max-num-batched-tokens", type=_count("--max-num-batched-tokens", 1, 2**31), default=None,
+                   help="vLLM's max_num_batched_tokens (default 8192, `vllm serve` on an H100 / H200)")
+    s.add_argument("--no-prefix-caching", action="store_true",
+                   help="vLLM without prefix caching (hybrid state in 'none' mode)")
+    s.add_argument("--no-async-scheduling", action="store_true",
+                   help="vLLM with synchronous scheduling: one batch in flight instead of two")
+    s.add_argument("--explain", action="store_true", help="show vLLM's plan group by group")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_sessions)

@@ -133,8 +133,9 @@ class Family:
                                  f"kv_format")
 
     # --- serving --------------------------------------------------------------------------------------
-    def engine(self, layout, name: str, page_size: int | None = None) -> Engine:
-        """The paging rule `name` applies to this family's layout."""
+    def engine(self, layout, name: str, page_size: int | None = None, prefix_caching: bool = True) -> Engine:
+        """The paging rule `name` applies to this family's layout (`prefix_caching`: vLLM's switch, which sets a
+        hybrid's block size)."""
         if name == "vllm":
             if self.vllm is None:
                 raise NoEngineLayout(f"{layout.model.name}: no published vLLM allocation for a {self.name} model "
@@ -176,12 +177,15 @@ def named_dtype(spec: ModelSpec, dtype: str | None, field: str) -> Format:
         raise ConfigError(f"{spec.name}: {field}: {e}") from None
 
 
-def dense_engine(family: Family, layout, name: str, page_size: int | None) -> Engine:
-    """SGLang's token pool and TensorRT-LLM's 32-token blocks: the rule both apply to dense and MLA caches."""
+def dense_engine(family: Family, layout, name: str, page_size: int | None, vllm: Engine | None = None) -> Engine:
+    """SGLang's token pool and TensorRT-LLM's 32-token blocks: the rule both apply to dense and MLA caches;
+    `vllm`: the family's vLLM rule for this layout (None: the family's `vllm`)."""
     if name == "sglang":
         return sglang(page_size)
     if name == "trtllm":
         return trtllm(page_size)
+    if name == "vllm" and vllm is not None:
+        return vllm
     return Family.engine(family, layout, name, page_size)
 
 

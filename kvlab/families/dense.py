@@ -153,7 +153,7 @@ class Dense(Family):
                          "quantized a block at a time")
         return layers, notes
 
-    def engine(self, layout, name, page_size=None):
+    def engine(self, layout, name, page_size=None, prefix_caching=True):
         return dense_engine(self, layout, name, page_size)
 
     def attention_params(self, spec):

@@ -16,12 +16,16 @@ Under tensor parallelism vLLM splits the state's heads and channels over the ran
 divide); under decode context parallelism the states stay whole on every rank (SGLang's DCP documentation: on
 Kimi, "request-indexed KDA state is unchanged"); pipeline stages hold their own layers' states.
 vLLM's hybrid allocator enlarges the attention block until one attention page holds a layer's state and pads the
-state page to it (vllm/platforms/interface.py _align_hybrid_block_size; mamba_cache_mode 'none', the default
-without prefix caching: one state page per layer per sequence).
+state page to it (vllm/platforms/interface.py _align_hybrid_block_size). With prefix caching (vLLM's default) the
+state is kept in mamba_cache_mode 'align' (model_executor/models/config.py MambaModelConfig), and the block is
+also a multiple of the prefill checkpoint alignment of layers that export checkpoints from inside a prefill
+(`vllm_checkpoint_alignment`: Gated DeltaNet on SM90, 64); without it, mode 'none'. How many state pages a request
+reserves in each mode is kvlab.serving.vllm_plan's concern.
 """
 from __future__ import annotations
 
 from fractions import Fraction
+from math import lcm
 
 from ..checks import cdiv
 from ..engines import Engine
@@ -43,8 +47,9 @@ STATE_SPLIT = Split("heads", False,
                     "divide(tp); SGLang docs advanced_features/dcp.md: DCP leaves request-indexed (KDA) state "
                     "unchanged")
 VLLM_HYBRID = ("vllm/platforms/interface.py _align_hybrid_block_size: attention block = alignment x "
-               "cdiv(state page, alignment x attention page of one token), state page padded to the attention page; "
-               "vllm/v1/kv_cache_interface.py MambaSpec")
+               "cdiv(state page, alignment x attention page of one token), rounded up to the backends' kernel block, "
+               "state page padded to the attention page; vllm/v1/kv_cache_interface.py MambaSpec")
+VLLM_MLA_HYBRID_BLOCK = 128  # _align_hybrid_block_size: an MLA hybrid's block is a multiple of 128
 
 
 def layer_kinds_from(types, n: int, name: str, field: str) -> tuple[str, ...]:
@@ -85,6 +90,11 @@ class HybridFamily(Family):
 
     order = 300  # before MLA: Kimi Linear's attention layers are MLA
     model_types: tuple[str, ...] = ()  # the configs' model_type values this family claims
+    # vLLM in 'align' mode (prefix caching): a linear layer whose spec holds one prefill checkpoint block beside its
+    # two state blocks, and the token alignment of those checkpoints that the block size must be a multiple of
+    # (None: the layers report none; layers/mamba/abstract.py get_mamba_prefill_checkpoint_alignment)
+    vllm_checkpoint_block: bool = False
+    vllm_checkpoint_alignment: int | None = None
     recipes = {"storage": {"kv": (("all", None),)}, "vllm": {"kv": (("all", None),)}}
     splits = {"k": Split("heads", True, f"{VLLM_KV_HEADS}; {VLLM_DCP_DOC}"),
               "v": Split("heads", True, f"{VLLM_KV_HEADS}; {VLLM_DCP_DOC}"),
@@ -145,24 +155,32 @@ class HybridFamily(Family):
                  f"state per sequence ({state.entry.describe()}; {self.state_source})"]
         return layers, notes
 
-    def engine(self, layout, name, page_size=None) -> Engine:
+    def engine(self, layout, name, page_size=None, prefix_caching=True) -> Engine:
         if name != "vllm":
             return super().engine(layout, name, page_size)
-        return hybrid_vllm_engine(layout, alignment=16)
+        return hybrid_vllm_engine(layout, 16, checkpoint=self.vllm_checkpoint_alignment if prefix_caching else None)
 
 
-def hybrid_vllm_engine(layout, alignment: int) -> Engine:
-    """vLLM's hybrid allocator for a layout: the attention block is `alignment` x cdiv(state page, alignment x one
-    token's attention page of one layer), and each state page is padded to that block's attention page."""
+def hybrid_vllm_engine(layout, kernel_block: int, mla: bool = False, checkpoint: int | None = None) -> Engine:
+    """vLLM's hybrid allocator for a layout (vllm/platforms/interface.py _align_hybrid_block_size): with
+    a = the attention backend's kernel block (an MLA hybrid's at least 128; in 'align' mode also a multiple of the
+    layers' prefill `checkpoint` alignment), the attention block is a x cdiv(state page, a x one token's attention
+    page of one layer), rounded up to a multiple of the kernel block, and each state page is padded to that block's
+    attention page."""
     att = next((l for l in layout.layers if any(c.grows for c in l.components)), None)
     state = next((c for _, c in layout.components(False) if c.state), None)
     if att is None or state is None:  # no attention (or no state) on this GPU: plain pages
-        return Engine("vllm", alignment, 1, VLLM_HYBRID)
+        return Engine("vllm", kernel_block, 1, VLLM_HYBRID)
     per_token = sum(Fraction(c.entry_bytes, c.ratio) for c in att.components if c.grows)  # physical rows
     if per_token.denominator != 1:
         raise ParameterError(f"{layout.model.name}: an attention page of {per_token} B per token is not whole bytes")
     per_token = int(per_token)
-    block = alignment * cdiv(state.entry_bytes, alignment * per_token)
-    return Engine("vllm", block, 1, f"{VLLM_HYBRID} (block {block} tokens, state page {block * per_token:,} B)",
+    align = max(kernel_block, VLLM_MLA_HYBRID_BLOCK) if mla else kernel_block
+    if checkpoint is not None:
+        align = lcm(align, checkpoint)
+    block = align * cdiv(state.entry_bytes, align * per_token)
+    block = kernel_block * cdiv(block, kernel_block)
+    why = f", a multiple of the {checkpoint}-token prefill checkpoints ('align' mode)" if checkpoint else ""
+    return Engine("vllm", block, 1, f"{VLLM_HYBRID} (block {block} tokens{why}, state page {block * per_token:,} B)",
                   state_page=block * per_token)
 

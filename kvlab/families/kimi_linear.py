@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..engines import VLLM_MLA
 from ..errors import ConfigError
 from ..layout import Part
 from ..models import cfg_int
 from ..registry import register
 from .base import Family
 from .hybrid import STATE_SPLIT, HybridFamily, conv_part, divide, hybrid_vllm_engine, listed_kinds
-from .mla import Mla
+from .mla import Mla, vllm_mla_engine
 
 
 @dataclass(frozen=True)
@@ -92,7 +91,7 @@ class KimiLinear(HybridFamily):
                 Part("recurrent", heads * d.head_dim * d.head_dim, self.state_format(spec, scheme, "float32",
                                                                                      "recurrent state"))]
 
-    def engine(self, layout, name, page_size=None):
+    def engine(self, layout, name, page_size=None, prefix_caching=True):
         if name != "vllm":
             return Family.engine(self, layout, name, page_size)
-        return hybrid_vllm_engine(layout, alignment=VLLM_MLA.block_tokens)
+        return hybrid_vllm_engine(layout, vllm_mla_engine(layout).block_tokens, mla=True)

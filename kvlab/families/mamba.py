@@ -96,6 +96,7 @@ class Mamba2Hybrid(HybridFamily):
     description = "Mamba-2 hybrids (Nemotron-H, Bamba, Granite 4.0-H, Falcon-H1): Mamba-2 + GQA attention"
     model_types = ("nemotron_h", "bamba", "granitemoehybrid", "falcon_h1")
     state_source = "transformers nemotron_h / bamba / falcon_h1: conv model dtype, SSM float32; vLLM mamba2_state_shape"
+    vllm_checkpoint_block = True  # layers/mamba/mamba_mixer2.py get_kv_cache_spec: num_prefill_checkpoint_blocks=1
     sources = "Nemotron-H / Bamba / Granite / Falcon-H1 config.json; transformers; vLLM mamba_utils.py"
 
     def kinds(self, c, n, name):

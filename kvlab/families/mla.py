@@ -10,7 +10,7 @@ ranks of a TP group; V3.2's indexer keys stay whole on every rank (SGLang PR #18
 """
 from __future__ import annotations
 
-from ..engines import VLLM_MLA
+from ..engines import VLLM_FLASHMLA, VLLM_MLA, Engine
 from ..errors import ParameterError
 from ..formats import get_format
 from ..layout import Component, Entry, LayerCache, Part, split_residual, window_held
@@ -101,8 +101,8 @@ class Mla(Family):
                  "as keys and values)"]
         return layers, notes
 
-    def engine(self, layout, name, page_size=None):
-        return dense_engine(self, layout, name, page_size)
+    def engine(self, layout, name, page_size=None, prefix_caching=True):
+        return dense_engine(self, layout, name, page_size, vllm_mla_engine(layout))
 
     def attention_params(self, spec):
         """DeepSeek-V2/V3 MLA projections per layer: q (through q_lora_rank when set), kv_a (latent + RoPE key),
@@ -118,6 +118,14 @@ class Mla(Family):
         return spec.num_layers * (q + kv + h * v * d)
 
 
+def vllm_mla_engine(layout) -> Engine:
+    """vLLM's MLA backend on SM90 (vllm/platforms/cuda.py _get_backend_priorities): FLASH_ATTN_MLA (16-token blocks)
+    unless the latent is quantized, which only FLASHMLA (64-token blocks) of the two stores."""
+    quantized = any(p.fmt.element.bits < 16 for _, c in layout.components(True) if c.role == "latent"
+                    for p in c.entry.parts)
+    return VLLM_FLASHMLA if quantized else VLLM_MLA
+
+
 @register
 class MlaDsa(Mla):
     name = "mla_dsa"
@@ -126,10 +134,11 @@ class MlaDsa(Mla):
     recipes = {"storage": {"latent": FP8_DS_MLA, "index": (("all", "fp8_e4m3_b128"),)},
                "vllm": {"latent": FP8_DS_MLA, "index": (("all", "fp8_e4m3_b128"),)}}
     splits = {**Mla.splits, "index": Split("replicated", False, f"{VLLM_MLA_TP}; {V3_2_INDEXER_DCP}")}
+    vllm = VLLM_FLASHMLA  # the sparse MLA backends (FLASHMLA_SPARSE, 64-token blocks)
     sources = "DeepSeek-V3.2 config.json; deepseek-ai/FlashMLA fp8_ds_mla; vLLM"
 
     def detect(self, cfg: dict) -> bool:
         return cfg.get("kv_lora_rank") is not None and bool(cfg.get("index_head_dim"))
 
-    def engine(self, layout, name, page_size=None):
+    def engine(self, layout, name, page_size=None, prefix_caching=True):
         return Family.engine(self, layout, name, page_size)  # vLLM only: SGLang / TRT-LLM DSA pools not modelled

@@ -43,6 +43,11 @@ class Qwen3Next(HybridFamily):
     state_source = ("transformers qwen3_next: conv_states in the model dtype, recurrent_states float32; vLLM "
                     "gated_delta_net_state_shape")
     sources = "Qwen3-Next / Qwen3.5 config.json; transformers models/qwen3_next; vLLM mamba_utils.py"
+    # vLLM on SM90 runs the GDN prefill with FlashInfer (layers/mamba/gdn/qwen_gdn_linear_attn.py
+    # _resolve_gdn_prefill_backend), which exports checkpoints every FLASHINFER_GDN_CHECKPOINT_ALIGNMENT = 64 tokens
+    # (v1/attention/backends/gdn_attn.py) in 'align' mode: one checkpoint block per layer
+    vllm_checkpoint_block = True
+    vllm_checkpoint_alignment = 64
 
     def kinds(self, c, n, name):
         kinds = listed_kinds(c, n, name)

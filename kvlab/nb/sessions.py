@@ -34,6 +34,10 @@ class SessionsParams(NotebookParams):
     deployment_gpu: str  # GPU of the multi-GPU deployment table
     deployment_size: int  # GPUs per deployment: the TP size, and the ranks of DP attention
     deployment_models: list  # models for the deployment table
+    vllm_models: list  # models for vLLM's own plan (reserved at admission beside held while decoding)
+    vllm_kv_cache_memory_gib: float  # KV memory handed to vLLM per GPU (its --kv-cache-memory-bytes), GiB
+    vllm_max_model_len: int  # the request length vLLM plans for
+    vllm_tps: list  # tensor-parallel sizes of vLLM's plan
     kw: dict = field(init=False)  # utilization and activation_gb, as `plan` takes them
 
     def __post_init__(self):
@@ -58,4 +62,13 @@ class SessionsParams(NotebookParams):
         self.need_names("deployment_models", models)
         self.need_choice("deployment_gpu", gpus, self.need_text("deployment_gpu").upper())
         self.need_int("deployment_size")
+        self.need_names("vllm_models", models)
+        self.need_number("vllm_kv_cache_memory_gib", 0.0, 2.0**30, lo_open=True)
+        self.need_int("vllm_max_model_len", 1, 2**31)
+        self.need_ints("vllm_tps", 1, 1024)
         self.kw = dict(utilization=self.utilization, activation_gb=self.activation_gb)
+
+    @property
+    def vllm_kv_bytes(self) -> int:
+        """vllm_kv_cache_memory_gib in bytes."""
+        return int(self.vllm_kv_cache_memory_gib * 2**30)

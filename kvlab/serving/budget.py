@@ -22,6 +22,7 @@ VLLM_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization (vLLM engine arg
 TRTLLM_FREE_FRACTION = 0.9  # KvCacheConfig.free_gpu_memory_fraction default (tensorrt_llm/llmapi/llm_args.py)
 MIB = 2**20
 BUDGET_ENGINES = ("vllm", "sglang", "trtllm")
+MAX_KV_BYTES = 2**60  # bound on a KV pool anyone types
 
 
 @dataclass(frozen=True)
@@ -109,3 +110,12 @@ def kv_budget(engine: str, gpu: Gpu, weight_share: int, activation_bytes: int, *
                                      f"activations) = {free:,} B free x {f:g} = {kv:,} B",
                     "tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator._cal_max_memory "
                     "(free_gpu_memory_fraction of free memory)")
+
+
+def given_budget(engine: str, kv_bytes: int) -> KvBudget:
+    """A KV pool given outright, as vLLM's --kv-cache-memory-bytes gives it (vllm/v1/worker/gpu_worker.py
+    determine_available_memory: kv_cache_memory_bytes replaces the profiled figure)."""
+    engine = need_choice("engine", engine, BUDGET_ENGINES)
+    kv = need_int("kv_cache_memory_bytes", kv_bytes, 1, MAX_KV_BYTES)
+    return KvBudget(engine, kv, 1.0, f"{kv:,} B of KV memory given (kv_cache_memory_bytes)",
+                    "vLLM --kv-cache-memory-bytes (vllm/v1/worker/gpu_worker.py determine_available_memory)")

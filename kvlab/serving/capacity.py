@@ -9,8 +9,10 @@ rank whole sessions of its own -- so the per-GPU figure is not the whole-model r
 replay (V4.1 keeps its sliding-window state in host RAM with a TTL) charges the expected replay after a miss.
 Usable KV memory per GPU follows the chosen engine's rule (kvlab.serving.budget: vLLM's gpu_memory_utilization of
 the total, SGLang's mem_fraction_static, TensorRT-LLM's fraction of the free memory), after this GPU's share of the
-weights and an activations reserve. vLLM's own block count (vllm/v1/core/kv_cache_utils.py get_num_blocks,
-get_max_concurrency_for_kv_cache_config) is reproduced by `vllm_plan` and set beside the exact figure.
+weights and an activations reserve (or the KV memory given, as vLLM's --kv-cache-memory-bytes gives it).
+These sessions are counted as *held while decoding*: the bytes a session holds once it runs. vLLM plans its pool
+by what a request *reserves at admission* (sliding windows with the tokens in flight, hybrid state blocks, blocks
+floored): kvlab.serving.vllm_plan gives that figure, as vLLM logs it, beside this one.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from fractions import Fraction
 from ..checks import cdiv, need_int, need_number, need_type
 from ..engines import ENGINES, Allocation, allocate
 from ..errors import ParameterError
-from .budget import KvBudget, kv_budget
+from .budget import KvBudget, given_budget, kv_budget
 from ..hardware import Gpu, get_gpu
 from .parallel import ONE_GPU, Parallelism, PerGpu, per_gpu
 from ..layout import check_tokens
@@ -231,7 +233,8 @@ class Capacity:
                    sessions_per_gpu=self.sessions_per_gpu, sessions_without_replay=self.sessions_without_replay,
                    deployment=self.parallel.label(), gpus=self.gpus, tp=self.parallel.tp, dcp=self.parallel.dcp,
                    pp=self.parallel.pp, dp_attention=self.parallel.dp_attention,
-                   sessions_per_deployment=self.sessions_per_deployment, engine=self.engine)
+                   sessions_per_deployment=self.sessions_per_deployment, engine=self.engine,
+                   sessions_counted_as="held while decoding")
         if self.whole_session is not None:
             out["whole_model_bytes_per_token"] = float(self.whole_session.bytes_per_token)
             out["whole_model_session_bytes"] = self.whole_session.total
@@ -255,7 +258,7 @@ def plan(model, gpu: str | Gpu, context_tokens: int, prefix_hit_rate: float = 0.
          weights: int | None = None, activation_gb: float = DEFAULT_ACTIVATION_GB,
          replay_probability: float = 1.0, parallel: Parallelism | None = None, engine: str | None = None,
          memory_fraction: float | None = None, k_format=None, v_format=None,
-         page_size: int | None = None) -> Capacity:
+         page_size: int | None = None, kv_cache_memory_bytes: int | None = None) -> Capacity:
     """Sessions of `context_tokens` tokens per GPU and per deployment.
 
     parallel=None: the weights spread over `weight_shards` GPUs (None: the smallest power of two <= 8 for which
@@ -263,7 +266,8 @@ def plan(model, gpu: str | Gpu, context_tokens: int, prefix_hit_rate: float = 0.
     attention); a Parallelism (TP / DCP / PP / DP attention) spreads each session as the engines do and the
     weights over its GPUs. engine=None counts exact storage under vLLM's memory rule (`utilization`); 'vllm',
     'sglang' or 'trtllm' allocate and budget by that engine's rules (`memory_fraction` overrides its fraction).
-    weights=None estimates the weights."""
+    weights=None estimates the weights. kv_cache_memory_bytes: the KV pool per GPU given outright (vLLM's
+    --kv-cache-memory-bytes), instead of the engine's memory rule."""
     if engine is not None and engine not in ENGINES:
         raise ParameterError(f"engine must be one of {', '.join(ENGINES)} (or None for exact storage), got {engine!r}")
     g = get_gpu(gpu)
@@ -271,7 +275,10 @@ def plan(model, gpu: str | Gpu, context_tokens: int, prefix_hit_rate: float = 0.
     tokens = need_int("context_tokens", context_tokens, 1)
     act = _frac(activation_gb, "activation_gb", 0.0, 1e6)
     spec = model.layout.model if isinstance(model, Allocation) else load_model(model)
-    w = weight_bytes(spec).nbytes if weights is None else need_int("weights", weights, 0)
+    if weights is None:  # a KV pool given outright needs no weights to be subtracted (0 unless given)
+        w = 0 if kv_cache_memory_bytes is not None else weight_bytes(spec).nbytes
+    else:
+        w = need_int("weights", weights, 0)
     if parallel is None:
         n = auto_shards(w, g, u) if weight_shards is None else need_int("weight_shards", weight_shards, 1)
         par = Parallelism(tp=n, dp_attention=True) if n > 1 else ONE_GPU
@@ -302,8 +309,11 @@ def plan(model, gpu: str | Gpu, context_tokens: int, prefix_hit_rate: float = 0.
                                                    f"rank + 1/{n} of the rest")
     rule = engine or "vllm"
     fraction = memory_fraction if memory_fraction is not None else (u if rule == "vllm" else None)
-    budget = kv_budget(rule, g, share_bytes, act_bytes, fraction=fraction, tp=par.tp, pp=par.pp,
-                       dp_attention=par.dp_attention)
+    if kv_cache_memory_bytes is not None:
+        budget = given_budget(rule, kv_cache_memory_bytes)
+    else:
+        budget = kv_budget(rule, g, share_bytes, act_bytes, fraction=fraction, tp=par.tp, pp=par.pp,
+                           dp_attention=par.dp_attention)
     cap = Capacity(spec.name, g, budget.fraction, w, n, act_bytes, cost, par, budget, stage.engine.name, whole_cost,
                    note, share_bytes)
     if cap.session.total <= 0:  # every token a shared-prefix hit and nothing bounded: no count follows
@@ -333,47 +343,3 @@ def request_rate(decode_tokens_per_s: float, tokens_per_request: float, sessions
     uncapped = decode_tokens_per_s / tokens_per_request
     cap = sessions * tokens_per_s_per_session / tokens_per_request
     return dict(uncapped=uncapped, session_cap=cap, requests_per_s=min(uncapped, cap), capped=cap < uncapped)
-
-
-# --- vLLM's sizing ------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class VllmPlan:
-    """vLLM's block count and maximum concurrency for one max_model_len, beside the exact count."""
-
-    model: str  # model name
-    available_bytes: int  # KV memory handed to the engine
-    block_tokens: int  # tokens per block
-    page_bytes_per_layer: int | None  # dense models: 2 x block x kv_heads x head_size x dtype
-    block_bytes: int  # one block over all layers
-    num_blocks: int  # available // page // layers (dense) or available // block bytes
-    max_model_len: int  # request length the concurrency is computed for
-    blocks_per_request: int  # cdiv(max_model_len, block_size) (dense)
-    max_concurrency: float  # num_blocks / blocks_per_request (vLLM's figure)
-    exact_concurrency: float  # available / exact session bytes at max_model_len
-    formula: str  # which rule was applied
-
-
-def vllm_plan(model, available_bytes: int, max_model_len: int, kv_format=None) -> VllmPlan:
-    """Reproduce vLLM's get_num_blocks / get_max_concurrency_for_kv_cache_config (vllm/v1/core/kv_cache_utils.py)."""
-    available_bytes = need_int("available_bytes", available_bytes, 0)
-    L = max_model_len = need_int("max_model_len", max_model_len, 1)
-    a = allocate(model, "vllm", kv_format)
-    exact = allocate(a.layout.model, "storage", kv_format).session(L).total
-    e = a.engine
-    spec = a.layout.model
-    block_bytes = sum(e.page_bytes(c) for _, c in a.layout.components(True))
-    comps = [c for _, c in a.layout.components()]
-    if comps and all(c.grows and c.role in ("k", "v") for c in comps):  # full-attention K/V only
-        page = sum(e.page_bytes(c) for c in a.layout.layers[0].components)  # K and V of one layer
-        blocks = available_bytes // page // spec.num_layers
-        per_req = cdiv(L, e.block_tokens)
-        conc = blocks / per_req
-        formula = "dense: num_blocks = available // page_size // num_layers; concurrency = num_blocks / cdiv(len, block)"
-    else:
-        page = None
-        blocks = available_bytes // block_bytes
-        per_req = cdiv(L, e.block_tokens)
-        conc = available_bytes / a.session(L).total
-        formula = "paged allocation: available / bytes of one max_model_len request (windows' pages included)"
-    return VllmPlan(spec.name, available_bytes, e.block_tokens, page, block_bytes, blocks, L, per_req, conc,
-                    available_bytes / exact, formula)
