@@ -57,6 +57,17 @@ def _fewest(r: dict) -> str:
             + ", ".join(f"{setting(m, v)} {v / ref:.2f} of BF16" for v, m in got[:4]))
 
 
+def _vllm_admits(r: dict) -> str:
+    """'; at 131,072 tokens vLLM admits m1 N1 (held M1), ...' from notebook 06's H200 grid ('' when none is recorded)."""
+    got = [(k.split("|")[0], k.split("|")[2], v) for k, v in (r.get("vllm_sessions_per_gpu") or {}).items()
+           if k.split("|")[1] == "H200" and v is not None]
+    if not got:
+        return ""
+    tokens = min(int(t) for _, t, _ in got)
+    return f"; at {tokens:,} tokens vLLM admits " + ", ".join(
+        f"{m} {v} (held: {r['sessions_per_gpu'][f'{m}|H200|{t}']})" for m, t, v in got if int(t) == tokens)
+
+
 def _n(v) -> str:
     if isinstance(v, float):
         return f"{v:,.6g}" if abs(v) >= 1000 else f"{v:.3g}"
@@ -97,10 +108,12 @@ FIGURES = [
            "MoE models, whose weights need TP 4 on an H200)",
            lambda r: ", ".join(f"{k} {v}" for k, v in r["gpus_needed"].items() if v is not None)),
     Figure("sessions-per-gpu", "06", "sessions per GPU (log)",
-           "Sessions that fit on one GPU per model, GPU and session length, weights and bounded state counted",
+           "Sessions that fit on one GPU per model, GPU and session length, weights and bounded state counted: bars "
+           "what a session holds while decoding, black marks what vLLM admits by what a request reserves at "
+           "admission (vLLM 0.33's own planning rules, checked against its code), where vLLM serves that length",
            lambda r: "at 1M tokens an H200 holds " + ", ".join(
                f"{m} {r['sessions_per_gpu'][f'{m}|H200|1000000']}"
-               for m in ("qwen3-8b", "deepseek-v4-flash", "deepseek-v4.1-flash"))),
+               for m in ("qwen3-8b", "deepseek-v4-flash", "deepseek-v4.1-flash")) + _vllm_admits(r)),
     Figure("hit-rate", "07", "prefix_hit_curve",
            "Prefix-hit share of prompt tokens against LRU cache capacity on a request trace, one curve per model",
            lambda r: "90% of the best hit rate takes " + ", ".join(
