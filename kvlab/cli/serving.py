@@ -14,7 +14,7 @@ VLLM_FLAGS = ("kv_cache_memory_bytes", "max_model_len", "max_num_batched_tokens"
 def vllm_record(args, cap, par) -> dict:
     """vLLM's plan ("reserved at admission") for the sessions command; a refusal is an error when vLLM's plan was
     asked for (--engine vllm or one of its options), else recorded as unavailable."""
-    from ..serving.vllm_plan import VLLM_BATCHES_IN_FLIGHT, vllm_plan
+    from ..serving.vllm_plan import VLLM_BATCHES_IN_FLIGHT, VLLM_MAX_NUM_BATCHED_TOKENS, vllm_plan
     asked = args.engine == "vllm" or any(getattr(args, f) not in (None, False) for f in VLLM_FLAGS)
     if args.engine not in (None, "vllm"):
         return {}
@@ -25,7 +25,7 @@ def vllm_record(args, cap, par) -> dict:
         return vllm_plan(args.model, cap.usable_kv_bytes, args.context if args.max_model_len is None
                          else args.max_model_len, args.kv_format, tp=1 if par is None else par.attention_tp,
                          dcp=1 if par is None else par.dcp,
-                         max_num_batched_tokens=args.max_num_batched_tokens or 8192,
+                         max_num_batched_tokens=args.max_num_batched_tokens or VLLM_MAX_NUM_BATCHED_TOKENS,
                          batches_in_flight=1 if args.no_async_scheduling else VLLM_BATCHES_IN_FLIGHT,
                          prefix_caching=not args.no_prefix_caching)
     except ParameterError as e:
