@@ -20,6 +20,16 @@ def fmt_bytes(x) -> str:
     return s
 
 
+def fmt_size(x) -> str:
+    """A byte count in decimal units for a reader: 512 B, 113.9 kB, 448.1 MB, 87.89 GB (4 significant digits;
+    exact integers belong in --json)."""
+    x = float(x)
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:,.4g} {unit}"
+    return f"{x:,.4g} B"
+
+
 def layer_list(ids: list[int]) -> str:
     if len(ids) > 6:
         runs = ids == list(range(ids[0], ids[-1] + 1))

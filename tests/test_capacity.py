@@ -7,24 +7,49 @@ from kvlab.serving.capacity import cdiv, plan, replay_window, request_rate, sess
 from kvlab.serving.vllm_plan import vllm_plan
 from kvlab.cli import main
 from kvlab.errors import ParameterError
-from kvlab.hardware import get_gpu, gpu_names, load_catalog
+from kvlab.hardware import HARDWARE_FILE, get_gpu, gpu_names, load_catalog
 
 QWEN = 147_456  # 2 x 36 x 8 x 128 x 2 B (hand-computed)
 
 
 def test_catalog_has_required_gpus_with_sources():
+    """Every figure of data/hardware.json names its source; the catalog holds the GPUs users plan on."""
     cat = load_catalog()
-    for name in ("H100", "H200", "B200", "MI300X", "L40S"):
-        g = cat[name]
-        assert set(g.sources) >= {"hbm_gb", "hbm_tb_s", "host_link_gb_s", "host_dram_gb", "ssd_gb_s"}
-    assert cat["H100"].hbm_bytes == 80_000_000_000 and cat["H200"].hbm_gb == 141
+    raw = json.loads(HARDWARE_FILE.read_text())["gpus"]
+    assert set(cat) >= {"H100", "H200", "B200", "MI300X", "L40S", "A100-40GB", "A100-80GB"}
+    for name, entry in raw.items():
+        figures = set(entry) - {"description", "sources"}
+        assert figures <= set(entry["sources"]), (name, figures - set(entry["sources"]))
+        assert {"datasheet_hbm_gb", "hbm_tb_s", "host_link_gb_s", "host_dram_gb", "ssd_gb_s"} <= figures
+    assert cat["H100"].hbm_bytes == 80_000_000_000 and cat["H100"].memory_from == "datasheet"
+    assert cat["A100-80GB"].fp8_tflops == 0 and "e4m3" not in cat["A100-80GB"].native_types  # Ampere: no FP8
+
+
+def test_memory_is_what_the_device_reports():
+    """An H200 reports 150,109,880,320 B (torch.cuda.get_device_properties(0).total_memory, measured on a real H200
+    into data/measurements/nvidia-h200.json); kvlab plans with that figure and keeps the datasheet's 141 GB beside."""
+    measured = json.loads((HARDWARE_FILE.parent / "measurements" / "nvidia-h200.json").read_text())["device"]
+    h200 = get_gpu("H200")
+    assert measured["name"] == "NVIDIA H200" and h200.hbm_bytes == measured["total_memory_bytes"] == 150_109_880_320
+    assert h200.memory_from == "device" and h200.datasheet_hbm_gb == 141
+    assert h200.memory_label() == "150.1 GB as the device reports it (datasheet: 141 GB)"
+    assert get_gpu("A100-40GB").hbm_bytes == 42_298_834_944  # CUDA deviceQuery's totalGlobalMem (its source named)
+    # vLLM's rule multiplies the device's figure
+    cap = plan("qwen3-8b", "H200", 32_768)
+    assert cap.usable_kv_bytes == int(150_109_880_320 * 0.9) - 16_400_000_000 - 4_000_000_000
 
 
 def test_gpu_override_and_errors():
     g = get_gpu("b200", hbm_gb=180)
     assert g.hbm_bytes == 180_000_000_000 and g.sources["hbm_gb"] == "override"
+    o = get_gpu("H200", hbm_gb=141)
+    assert o.hbm_bytes == 141_000_000_000 and o.memory_from == "override" and o.smi_memory_mib is None
     with pytest.raises(ParameterError, match="unknown GPU"):
         get_gpu("A100x")
+    with pytest.raises(ParameterError, match="did you mean A100-40GB or A100-80GB"):
+        get_gpu("A100")
+    with pytest.raises(ParameterError, match="did you mean H200"):
+        get_gpu("H20")
     with pytest.raises(ParameterError, match="unknown GPU field"):
         get_gpu("H100", hbm=1)
     with pytest.raises(ParameterError, match="hbm_gb"):
@@ -151,3 +176,107 @@ def test_cli_weight_override(capsys):
     assert main(["sessions", "qwen3-8b", "--gpu", "H100", "--context", "32768", "--weight-gb", "0", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["usable_kv_bytes"] == 68_000_000_000 and out["sessions_per_gpu"] == 68_000_000_000 // (QWEN * 32_768)
+
+
+# --- GPUs as users know them: --gpu-memory, the KV caveat, the deployment and units of `kvlab sessions` -----------
+def _run(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_cli_gpu_memory_override(capsys):
+    """--gpu-memory replaces the catalog's figure in vLLM's rule (GB, or a unit as nvidia-smi writes it)."""
+    base = ["sessions", "qwen3-8b", "--gpu", "H200", "--context", "32768", "--weight-shards", "1", "--json"]
+    for given, total in (("141", 141_000_000_000), ("143156MiB", 143_156 * 2**20), (None, 150_109_880_320)):
+        rc, out, _ = _run(capsys, *base, *(["--gpu-memory", given] if given else []))
+        d = json.loads(out)
+        assert rc == 0 and d["hbm_bytes"] == total
+        assert d["usable_kv_bytes"] == int(total * 0.9) - 16_400_000_000 - 4_000_000_000
+        assert d["gpu_memory"].endswith("(datasheet: 141 GB)")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["sessions", "qwen3-8b", "--gpu", "H100", "--context", "1000", "--weight-shards", "1", "--gpu-memory", "10"],
+     ["no memory left for KV", "10 GB as given", "--gpu-memory"]),
+    (["sessions", "qwen3-8b", "--gpu", "H100", "--context", "1000", "--gpu-memory", "-80"], ["--gpu-memory"]),
+    (["sessions", "qwen3-8b", "--gpu", "H100", "--context", "1000", "--gpu-memory", "0"], ["--gpu-memory", "(0,"]),
+    (["sessions", "qwen3-8b", "--gpu", "H100", "--context", "1000", "--gpu-memory", "nan"], ["--gpu-memory"]),
+    (["sessions", "qwen3-8b", "--gpu", "H100", "--context", "1000", "--gpu-memory", "1e30"], ["--gpu-memory"]),
+    (["sessions", "qwen3-8b", "--gpu", "H100", "--context", "1000", "--gpu-memory", "80 parsecs"], ["--gpu-memory"]),
+    (["sessions", "qwen3-8b", "--gpu", "A100", "--context", "1000"], ["'A100'", "did you mean A100-40GB or A100-80GB"]),
+    (["step-time", "llama-3.1-70b", "--gpu", "H100", "--engine", "vllm", "--decode", "8x1000", "--source", "roofline"],
+     ["141.2 GB per GPU", "H100's 80 GB from the datasheet", "--tp", "--gpu-memory"]),
+    (["step-time", "qwen3-8b", "--gpu", "H100", "--engine", "vllm", "--decode", "8x1000", "--gpu-memory", "8"],
+     ["16.4 GB per GPU", "8 GB as given"]),
+    (["simulate", "--model", "qwen3-8b", "--hbm-gb", "90", "--no-progress"], ["--hbm-gb 90", "H100's memory"]),
+    (["serve-sim", "synthetic", "--model", "qwen3-8b", "--gpu", "H200", "--gpu-memory", "12", "--limit", "10"],
+     ["no memory left for KV", "12 GB as given"]),
+])
+def test_cli_gpu_memory_refusals(capsys, argv, words):
+    """A --gpu-memory below the weights, a nonsense size or a GPU the catalog lacks: one line, exit 2."""
+    rc, _, err = _run(capsys, *argv)
+    assert rc == 2 and err.startswith("kvlab: error:") and len(err.strip().splitlines()) == 1, err
+    for w in words:
+        assert w in err, (w, err)
+
+
+def test_every_gpu_command_takes_gpu_memory():
+    """Every command with --gpu has --gpu-memory (kvlab/cli's parsers, walked)."""
+    from kvlab.cli import build_parser
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    with_gpu = {name for name, p in sub.choices.items() if any("--gpu" in a.option_strings for a in p._actions)}
+    assert with_gpu >= {"sessions", "step-time", "serve-sim", "plan", "simulate"}
+    for name in with_gpu:
+        assert any("--gpu-memory" in a.option_strings for a in sub.choices[name]._actions), name
+
+
+@pytest.mark.parametrize("gpu, fmt, engine, words", [
+    ("H200", "nvfp4", None, ["H200 (Hopper) has no FP4 (E2M1) arithmetic"]),
+    ("A100-80GB", "fp8_e4m3", None, ["A100-80GB (Ampere) has no FP8 E4M3 arithmetic"]),
+    ("H200", "int4_g32", None, ["no INT4 arithmetic"]),
+    ("B200", "nvfp4", None, None),
+    ("H200", "fp8_e4m3", "vllm", None),
+    ("A100-40GB", None, None, None),
+])
+def test_kv_caveat_in_text_and_json(capsys, gpu, fmt, engine, words):
+    """A KV format the GPU cannot compute natively carries one caveat line, in text and in JSON."""
+    argv = ["sessions", "qwen3-8b", "--gpu", gpu, "--context", "4096"] + (["--kv-format", fmt] if fmt else []) + (
+        ["--engine", engine] if engine else [])
+    rc, text, _ = _run(capsys, *argv)
+    rc2, js, _ = _run(capsys, *argv, "--json")
+    caveat = json.loads(js)["kv_caveat"]
+    lines = [ln for ln in text.splitlines() if ln.strip().startswith("caveat:")]
+    assert rc == rc2 == 0
+    if words is None:
+        assert caveat is None and not lines
+    else:
+        assert len(lines) == 1 and all(w in caveat and w in lines[0] for w in words)
+
+
+def test_engine_caveat_names_what_vllm_offers(capsys):
+    rc, out, _ = _run(capsys, "serve-sim", "synthetic", "--model", "qwen3-8b", "--gpu", "B200", "--kv-format", "nvfp4",
+                      "--limit", "20", "--step-time", "roofline", "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["kv_caveat"].startswith("vllm offers no nvfp4 KV cache (its KV dtypes: auto, fp8")
+
+
+def test_sessions_names_its_deployment_with_units(capsys):
+    """`kvlab sessions` says which deployment it picked (GPUs and why, engine rule, weights) and prints bytes in
+    GB / MB; exact integers stay in --json."""
+    argv = ["sessions", "deepseek-v4.1-flash", "--gpu", "H200", "--context", "1000000", "--prefix-hit-rate", "0.5"]
+    rc, out, _ = _run(capsys, *argv)
+    assert rc == 0
+    assert "deployment: DP attention 8 = 8 GPUs (the fewest of 1, 2, 4, 8 GPUs" in out
+    assert "weights: 280 GB, 35.01 GB per GPU over 8 GPU(s) (estimate:" in out
+    assert "session: 890 MB growing - 445 MB prefix hits" in out
+    assert "usable KV per GPU (vllm's rule): 150.1 GB x 0.9 - 35.01 GB weights - 4 GB activations = 96.09 GB" in out
+    import re
+    assert not re.search(r"\d{1,3}(,\d{3}){2,} B\b", out)  # no raw byte counts in the text
+    d = json.loads(_run(capsys, *argv, "--json")[1])
+    assert d["growing_bytes"] == 890_000_000 and d["usable_kv_bytes"] == int(150_109_880_320 * 0.9) - d[
+        "weight_share_bytes"] - 4_000_000_000
+    assert d["deployment"] == "DP attention 8" and d["weight_shards"] == 8
+    rc, out, _ = _run(capsys, "sessions", "llama-3.1-70b", "--gpu", "H100", "--context", "100000", "--tp", "4",
+                      "--engine", "vllm")
+    assert "deployment: TP 4 = 4 GPUs (as given); KV counted as vllm's paging, vllm's memory rule" in out

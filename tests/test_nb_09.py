@@ -1,12 +1,15 @@
 """Notebook 09 through papermill with small parameters; its recorded GPU counts against direct kvlab.serving.study
-runs of the same deployments."""
+runs of the same deployments, and against `kvlab plan` run with the command the notebook records."""
+import json
+import shlex
+
 from kvlab.serving.plan import parse_slo
 from kvlab.serving.study import Deployment, Study
 from kvlab.sim.traces import load_trace
 from nbutil import run_notebook
 
 
-def test_small_run_matches_the_study(tmp_path):
+def test_small_run_matches_the_study(tmp_path, capsys):
     deps = ["qwen3-8b", "qwen3-8b:fp8_e4m3", "deepseek-v4.1-flash@tp4"]
     r = run_notebook("09", tmp_path, synthetic_sessions=6, deployments=deps, load=24.0, loads=[1, 24], knee=[0],
                      dram_gbs=[0, 64], max_replicas=16)
@@ -25,3 +28,10 @@ def test_small_run_matches_the_study(tmp_path):
     aic = r["aiconfigurator_gpus"]
     assert aic["qwen3-8b fp8_e4m3"] is None and aic["deepseek-v4.1-flash own format TP4"] is None
     assert (aic["qwen3-8b own format"] or 0) >= 1 if steady.available() else aic["qwen3-8b own format"] is None
+    # the shell gives the notebook's answer with the command it records
+    from kvlab.cli import main
+    cmd = shlex.split(r["plan_commands"]["qwen3-8b own format"])
+    assert cmd[:2] == ["kvlab", "plan"] and "--load" in cmd and cmd[cmd.index("--load") + 1] == "24"
+    assert main(cmd[1:] + ["--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["gpus"] == r["gpus_needed"]["qwen3-8b own format"] and out["step_time"]["source"] == "roofline"

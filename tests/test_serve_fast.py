@@ -65,12 +65,12 @@ def test_affine_decode_run_equals_each_step():
 
 def _cases():
     tr = load_trace("synthetic", limit=300, seed=3)
-    yield "affine-rr", tr, deployment_config("qwen3-8b", "h200", tr, replicas=1), AffineStepModel()
+    yield "affine-rr", tr, deployment_config("qwen3-8b", "h200", tr, replicas=1), AffineStepModel.fitted()
     yield "roofline-least-loaded", tr, deployment_config("qwen3-8b", "h200", tr, replicas=3, router="least_loaded"), \
         step_time("qwen3-8b", "h200", "vllm", source="roofline")
     yield "v41-prefix", tr, deployment_config("deepseek-v4.1-flash", "h200", tr, tp=4, replicas=2, router="prefix"), \
         step_time("deepseek-v4.1-flash", "h200", "vllm", 4, source="roofline")
-    slow_prefill = AffineStepModel(prefill_token_s=200e-6)
+    slow_prefill = replace(AffineStepModel.fitted(), prefill_token_s=200e-6)
     yield "preempting", tr, ServeConfig(replicas=2, pool_tokens=20_000, max_num_seqs=64, router="least_loaded"), \
         slow_prefill
     yield "preempting-tiers-ttl", tr, ServeConfig(replicas=2, pool_tokens=40_000, max_num_seqs=64,
@@ -78,8 +78,9 @@ def _cases():
     if aiconfigurator.available():
         yield "aiconfigurator", tr, deployment_config("qwen3-8b", "h200", tr, replicas=2), \
             step_time("qwen3-8b", "h200", "vllm", source="aiconfigurator")
-    yield "per-step-source", tr, ServeConfig(replicas=2, max_num_seqs=4), PerStepOnly(AffineStepModel())
-    yield "open-loop", tr, deployment_config("qwen3-8b", "h200", tr, replicas=2, closed_loop=False), AffineStepModel()
+    yield "per-step-source", tr, ServeConfig(replicas=2, max_num_seqs=4), PerStepOnly(AffineStepModel.fitted())
+    yield ("open-loop", tr, deployment_config("qwen3-8b", "h200", tr, replicas=2, closed_loop=False),
+           AffineStepModel.fitted())
     # pools so small that waiting heads cannot join: closed replicas fast-forward past arrivals (round robin), or
     # stop at them (the prefix router reads their free pages)
     yield "blocked-heads", tr, ServeConfig(replicas=2, pool_tokens=12_000, max_num_seqs=256), slow_prefill
@@ -100,7 +101,7 @@ def test_fast_forward_gives_the_step_by_step_run(case):
 def test_fast_forward_reports_preemptions_the_same():
     tr = load_trace("synthetic", limit=300, seed=3)
     cfg = ServeConfig(replicas=2, pool_tokens=20_000, max_num_seqs=64, router="least_loaded")
-    m = AffineStepModel(prefill_token_s=200e-6)
+    m = replace(AffineStepModel.fitted(), prefill_token_s=200e-6)
     fast, slow = simulate_serving(tr, cfg, m), simulate_serving(tr, cfg, m, fast_forward=False)
     assert fast.preemptions == slow.preemptions > 0 and fast.steps == slow.steps
 
@@ -117,7 +118,8 @@ def test_a_closed_replica_fast_forwards_with_requests_waiting(monkeypatch):
         advance(self, steps)
     monkeypatch.setattr(Replica, "advance_decode", spy)
     tr = load_trace("synthetic", limit=300, seed=3)
-    cfg, m = ServeConfig(replicas=1, pool_tokens=12_000, max_num_seqs=256), AffineStepModel(prefill_token_s=200e-6)
+    cfg = ServeConfig(replicas=1, pool_tokens=12_000, max_num_seqs=256)
+    m = replace(AffineStepModel.fitted(), prefill_token_s=200e-6)
     fast = simulate_serving(tr, cfg, m)
     assert any(w and k > 1 for w, k in seen), "no stretch was applied with requests waiting"
     assert_same_run(fast, simulate_serving(tr, cfg, m, fast_forward=False))

@@ -14,6 +14,9 @@ from kvlab.sim.tiering import make_tiers, simulate
 from kvlab.sim.traces import Trace, have_trace, load_trace
 
 MODEL = "llama-3.1-8b"
+# Simulator mechanics tests run on fixed affine coefficients (given, so they time any deployment); the default step
+# times of a deployment (auto) have tests of their own below.
+STEP = AffineStepModel(4e-3, 21.3e-6, 0.107e-3, 17.9e-9, basis="coefficients given for simulator tests")
 
 
 def plain(ts, inp, out):
@@ -32,11 +35,13 @@ def test_affine_is_a_step_model():
     assert isinstance(m, StepModel)
     assert m.step_s([(100, 50)], [1000, 2000]) == pytest.approx(1e-3 + 2e-6 * 100 + 3e-5 * 2 + 4e-9 * 3050)
     with pytest.raises(ParameterError):
-        AffineStepModel(-1.0)
+        AffineStepModel(-1.0, 0, 0, 0)
+    with pytest.raises(TypeError):  # no silent default: the fit is asked for by name
+        AffineStepModel()
 
 
 def test_idle_replica_ttft_is_the_prefill_step():
-    m = AffineStepModel()
+    m = AffineStepModel.fitted()
     r = simulate_serving(plain([5.0], 3000, 10), ServeConfig(), m)
     assert r.ttft_s[0] == pytest.approx(m.step_s([(3000, 0)], []), rel=1e-12)
     assert r.queue_s[0] == 0.0
@@ -50,7 +55,7 @@ def test_idle_replica_ttft_is_the_prefill_step():
 
 def test_littles_law():
     tr = load_trace("synthetic", limit=1500, seed=3)
-    r = simulate_serving(tr, deployment_config(MODEL, "H100", tr, replicas=2, router="least_loaded"))
+    r = simulate_serving(tr, deployment_config(MODEL, "H100", tr, replicas=2, router="least_loaded"), STEP)
     s = r.summary()
     lam = s["completed"] / s["makespan_s"]
     assert s["mean_in_system"] == pytest.approx(lam * s["e2e_mean_s"], rel=1e-9)
@@ -79,7 +84,7 @@ def test_unbounded_hits_equal_kvlab_simulate(name):
     if name != "synthetic" and not have_trace(name):
         pytest.skip(f"{name} is not on this machine")
     tr = load_trace(name, limit=3000)
-    r = simulate_serving(tr, deployment_config(MODEL, "H100", tr, hbm_gb=1e6, closed_loop=False))
+    r = simulate_serving(tr, deployment_config(MODEL, "H100", tr, hbm_gb=1e6, closed_loop=False), STEP)
     s = simulate(tr, make_tiers(MODEL, 1e6, gpu="H100", block_tokens=tr.block_tokens))
     assert r.hit_blocks.tolist() == s.hit_blocks.tolist()
     assert r.hit_tokens.tolist() == s.hit_tokens.tolist()
@@ -89,9 +94,9 @@ def test_unbounded_hits_equal_kvlab_simulate(name):
 def test_tiers_move_bytes_and_hit_below_hbm():
     tr = load_trace("synthetic", limit=2000)
     cfg = deployment_config(MODEL, "H100", tr, hbm_gb=2.0, dram_gb=200.0, closed_loop=False)
-    s = simulate_serving(tr, cfg).summary()
+    s = simulate_serving(tr, cfg, STEP).summary()
     assert s["dram_hit_blocks"] > 0 and s["moved_bytes"]["hbm->dram"] > 0 and s["moved_bytes"]["dram->hbm"] > 0
-    small = simulate_serving(tr, deployment_config(MODEL, "H100", tr, hbm_gb=2.0, closed_loop=False)).summary()
+    small = simulate_serving(tr, deployment_config(MODEL, "H100", tr, hbm_gb=2.0, closed_loop=False), STEP).summary()
     assert small["token_hit_rate"] < s["token_hit_rate"]
 
 
@@ -99,7 +104,7 @@ def test_same_seed_same_run():
     runs = []
     for _ in range(2):
         tr = load_trace("synthetic", limit=800, seed=7)
-        runs.append(simulate_serving(tr, deployment_config(MODEL, "H100", tr, replicas=3, router="prefix")))
+        runs.append(simulate_serving(tr, deployment_config(MODEL, "H100", tr, replicas=3, router="prefix"), STEP))
     a, b = runs
     for k in ("ttft_s", "tpot_s", "e2e_s", "queue_s"):
         assert np.array_equal(getattr(a, k), getattr(b, k), equal_nan=True)
@@ -107,7 +112,7 @@ def test_same_seed_same_run():
 
 
 def test_preemption_by_recompute_and_rejection():
-    m = AffineStepModel()
+    m = AffineStepModel.fitted()
     # 4 requests of 1,000 + 500 tokens in a 3,200-token pool: they cannot all grow, some get preempted
     r = simulate_serving(plain(np.zeros(4), 1000, 500), ServeConfig(pool_tokens=3200), m)
     s = r.summary()
@@ -120,18 +125,25 @@ def test_preemption_by_recompute_and_rejection():
 def test_azure_trace_and_empty_prompt():
     if have_trace("azure-code-2023"):
         tr = load_trace("azure-code-2023", limit=500)
-        s = simulate_serving(tr, deployment_config(MODEL, "H100", tr, replicas=2, router="least_loaded")).summary()
+        cfg = deployment_config(MODEL, "H100", tr, replicas=2, router="least_loaded")
+        s = simulate_serving(tr, cfg, STEP).summary()
         assert s["completed"] + s["rejected"] == 500 and s["token_hit_rate"] == 0.0
+    # a request with no prompt or no output token is refused (vLLM refuses both), naming the first and the count
     cfg = ServeConfig(cache_blocks=(100, 0, 0))
-    tr = Trace("e", np.zeros(2), np.array([0, 0]), np.array([3, 3]), np.array([0, 0, 0]), np.zeros(0, np.int64), 512)
-    assert simulate_serving(tr, cfg).summary()["completed"] == 2
+    tr = Trace("e", np.zeros(3), np.array([5, 0, 0]), np.array([3, 3, 3]), np.array([0, 1, 1, 1]),
+               np.zeros(1, np.int64), 512)
+    with pytest.raises(ParameterError, match=r"trace e: request 2 \(of 3\) has 0 input .*1 more like it.*vLLM refuses"):
+        simulate_serving(tr, cfg, STEP)
+    tr = plain([0.0, 1.0], [10, 10], [4, 0])
+    with pytest.raises(ParameterError, match=r"request 2 .* 0 output tokens"):
+        simulate_serving(tr, ServeConfig(), STEP)
 
 
 def test_closed_loop_sessions_wait_for_their_turn():
     tr = load_trace("synthetic", limit=600)
     cfg = deployment_config(MODEL, "H100", tr)
     assert cfg.closed_loop is None
-    r = simulate_serving(tr, cfg)
+    r = simulate_serving(tr, cfg, STEP)
     sid = tr.session_ids
     for s in np.unique(sid)[:20]:
         idx = np.flatnonzero(sid == s)
@@ -142,7 +154,8 @@ def test_closed_loop_sessions_wait_for_their_turn():
 @pytest.mark.parametrize("router", ROUTERS)
 def test_routers_spread_and_prefix_router_keeps_hits(router):
     tr = load_trace("synthetic", limit=1500)
-    r = simulate_serving(tr, deployment_config(MODEL, "H100", tr, replicas=4, router=router, closed_loop=False))
+    r = simulate_serving(tr, deployment_config(MODEL, "H100", tr, replicas=4, router=router, closed_loop=False),
+                         STEP)
     s = r.summary()
     assert s["completed"] == len(tr)
     assert s["token_hit_rate"] > 0
@@ -150,7 +163,7 @@ def test_routers_spread_and_prefix_router_keeps_hits(router):
 
 def test_prefix_router_beats_round_robin_on_hits():
     tr = load_trace("synthetic", limit=1500)
-    hit = {k: simulate_serving(tr, deployment_config(MODEL, "H100", tr, replicas=4, router=k, closed_loop=False))
+    hit = {k: simulate_serving(tr, deployment_config(MODEL, "H100", tr, replicas=4, router=k, closed_loop=False), STEP)
            .summary()["token_hit_rate"] for k in ("round_robin", "prefix")}
     assert hit["prefix"] > hit["round_robin"]
 
@@ -158,8 +171,8 @@ def test_prefix_router_beats_round_robin_on_hits():
 def test_goodput_under_slo():
     tr = load_trace("synthetic", limit=500)
     cfg = deployment_config(MODEL, "H100", tr)
-    loose = simulate_serving(tr, cfg, slo=dict(ttft_s=1e6, tpot_s=1e6)).summary()
-    tight = simulate_serving(tr, cfg, slo=dict(ttft_s=1e-6)).summary()
+    loose = simulate_serving(tr, cfg, STEP, slo=dict(ttft_s=1e6, tpot_s=1e6)).summary()
+    tight = simulate_serving(tr, cfg, STEP, slo=dict(ttft_s=1e-6)).summary()
     assert loose["goodput_requests_per_s"] == pytest.approx(loose["throughput_requests_per_s"])
     assert tight["goodput_requests_per_s"] == 0.0
 
@@ -174,10 +187,12 @@ def test_bad_inputs():
         simulate_serving("trace")
     with pytest.raises(ParameterError):
         simulate_serving(tr, step_model=object())
-    with pytest.raises(ParameterError):
-        simulate_serving(tr, ServeConfig(closed_loop=True))
-    with pytest.raises(ParameterError):
-        simulate_serving(tr, slo=dict(latency=1.0))
+    with pytest.raises(ParameterError, match="session ids"):
+        simulate_serving(tr, ServeConfig(closed_loop=True), STEP)
+    with pytest.raises(ParameterError, match="slo takes"):
+        simulate_serving(tr, step_model=STEP, slo=dict(latency=1.0))
+    with pytest.raises(ParameterError, match="give a step_model"):  # a bare config names no deployment to price
+        simulate_serving(tr)
 
 
 def run_cli(capsys, *argv):
@@ -237,3 +252,126 @@ def test_step_time_sources_drive_the_simulator():
     assert r.ttft_s[0] == pytest.approx(src.step_s([(1500, 0)], []), rel=1e-12)
     busy = simulate_serving(plain(poisson(40, 5.0), 800, 16), ServeConfig(), src)
     assert busy.summary()["completed"] == 40
+
+
+# --- one answer per question: serve-sim prices steps as plan does, and says how -----------------------------------
+def _json(capsys, *argv):
+    rc, out, err = run_cli(capsys, *argv)
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def test_serve_sim_and_plan_give_one_answer(capsys):
+    """By default serve-sim and plan price a deployment the same way (auto), so the same deployment gets the same
+    TPOT from both; serve-sim no longer falls back on the affine Qwen3-8B / H200 fit."""
+    common = ["synthetic", "--model", "qwen3-8b", "--gpu", "MI300X", "--limit", "150", "--open-loop"]
+    p = _json(capsys, "plan", *common, "--slo", "ttft_p99=5,tpot_p99=0.5", "--tp", "1", "--no-steady", "--json")
+    s = _json(capsys, "serve-sim", *common, "--replicas", str(p["replicas"]), "--json")
+    assert p["meets"] and s["step_time"] == p["step_time"] and s["step_time"]["source"] == "roofline"
+    for k in ("tpot_p99_s", "ttft_p99_s", "throughput_tokens_per_s"):
+        assert s[k] == p["metrics"][k], k
+    roofline = _json(capsys, "serve-sim", *common, "--replicas", str(p["replicas"]), "--step-time", "roofline",
+                     "--json")
+    assert roofline["tpot_p50_s"] == s["tpot_p50_s"]  # auto chose the roofline here (no aiconfigurator data)
+
+
+@pytest.mark.slow
+def test_llama_70b_tp4_is_not_priced_by_the_qwen3_fit(capsys):
+    """Llama-3.1-70B at TP 4 on H100: the default is auto (aiconfigurator's data there, else the roofline), equal to
+    asking for auto, and the affine Qwen3-8B / H200 fit is refused for it unless its coefficients are given."""
+    common = ["synthetic", "--model", "llama-3.1-70b", "--gpu", "H100", "--tp", "4", "--limit", "60"]
+    d = _json(capsys, "serve-sim", *common, "--json")
+    auto = _json(capsys, "serve-sim", *common, "--step-time", "auto", "--json")
+    assert d["step_time"]["source"] in ("aiconfigurator", "roofline") and d["tpot_p50_s"] == auto["tpot_p50_s"]
+    basis = d["step_time"]["basis"].lower()
+    assert "llama-3.1-70b" in basis and "h100" in basis and "tp 4" in basis
+    rc, _, err = run_cli(capsys, "serve-sim", *common, "--step-time", "affine")
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "Qwen3-8B / H200" in err and "llama-3.1-70b on H100, vllm, TP 4" in err and "--overhead-ms" in err
+    given = _json(capsys, "serve-sim", *common, "--step-time", "affine", "--overhead-ms", "6", "--prefill-token-us",
+                  "80", "--decode-request-us", "300", "--context-token-ns", "60", "--json")
+    assert given["step_time"]["source"] == "affine" and "given on the command line" in given["step_time"]["basis"]
+
+
+def test_affine_fit_prices_only_its_own_deployment():
+    tr = load_trace("synthetic", limit=30)
+    fit = AffineStepModel.fitted()
+    assert simulate_serving(tr, deployment_config("qwen3-8b", "H200", tr), fit).summary()["completed"] == 30
+    for other in (dict(model="llama-3.1-70b", gpu="H100", tp=4), dict(model="qwen3-8b", gpu="H100"),
+                  dict(model="qwen3-8b", gpu="H200", tp=2), dict(model="qwen3-8b", gpu="H200", kv_format="fp8_e4m3")):
+        cfg = deployment_config(other.pop("model"), other.pop("gpu"), tr, **other)
+        with pytest.raises(ParameterError, match="affine step model's coefficients are an affine fit"):
+            simulate_serving(tr, cfg, fit)
+    from kvlab.serving.steptime import step_time
+    with pytest.raises(ParameterError, match="step times priced for qwen3-8b on H200"):
+        simulate_serving(tr, deployment_config("llama-3.1-8b", "H200", tr), step_time("qwen3-8b", "H200", "vllm",
+                                                                                      source="roofline"))
+    r = simulate_serving(tr, deployment_config("qwen3-8b", "MI300X", tr))  # none given: auto for the deployment
+    assert r.step_time["source"] == "roofline" and r.summary()["step_time"] == r.step_time
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--overhead-ms", "5"], ["--overhead-ms", "add --step-time affine"]),
+    (["--step-time", "affine", "--overhead-ms", "5"], ["all four", "--prefill-token-us"]),
+    (["--load", "0"], ["--load"]), (["--load", "-2"], ["--load"]), (["--load", "nan"], ["--load"]),
+    (["--load", "inf"], ["--load"]), (["--sessions", "0"], ["--sessions"]),
+    (["--human-pause-s", "-1"], ["--human-pause-s"]),
+    (["--gpu", "H20"], ["did you mean H200"]), (["--gpu-memory", "-1"], ["--gpu-memory"]),
+])
+@pytest.mark.parametrize("command", ["serve-sim", "plan"])
+def test_new_flags_refuse_nonsense(capsys, command, extra, words):
+    args = [command, "synthetic", "--model", "qwen3-8b", "--gpu", "H200", "--limit", "20"]
+    args += ["--slo", "ttft_p99=2"] if command == "plan" else []
+    over = dict(zip(extra[::2], extra[1::2]))
+    if "--gpu" in over:
+        args[args.index("--gpu") + 1] = over.pop("--gpu")
+    for k, v in over.items():
+        args += [k, v]
+    rc, _, err = run_cli(capsys, *args)
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and err.startswith("kvlab: error:"), err
+    for w in words:
+        assert w in err, (w, err)
+
+
+def test_workload_flags_are_for_the_synthetic_workload(tmp_path, capsys):
+    f = tmp_path / "t.jsonl"
+    f.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [1]}\n')
+    rc, _, err = run_cli(capsys, "serve-sim", str(f), "--model", MODEL, "--gpu", "H100", "--sessions", "5")
+    assert rc == 2 and "applies to the synthetic workload only" in err
+
+
+@pytest.mark.parametrize("command", ["serve-sim", "plan"])
+def test_zero_length_request_names_file_and_line(tmp_path, capsys, command):
+    """A request with no prompt (or no output) is not served with a throughput: refused, naming the file and line."""
+    rec = '{{"timestamp": {t}, "input_length": {n}, "output_length": {o}, "hash_ids": {h}}}\n'
+    f = tmp_path / "empty.jsonl"
+    f.write_text(rec.format(t=0, n=600, o=4, h="[1, 2]") + "\n" + rec.format(t=5, n=0, o=4, h="[]")
+                 + rec.format(t=9, n=0, o=4, h="[]"))
+    args = [command, str(f), "--model", MODEL, "--gpu", "H100", "--step-time", "roofline"]
+    rc, out, err = run_cli(capsys, *args, *(["--slo", "ttft_p99=2"] if command == "plan" else []))
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert f"{f}: line 3: request 2 has 0 input and 4 output tokens (2 such requests)" in err
+    c = tmp_path / "empty.csv"
+    c.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n"
+                 "2023-11-16 18:15:50.9951690,396,0\n")
+    rc, _, err = run_cli(capsys, "serve-sim", str(c), "--model", MODEL, "--gpu", "H100", "--step-time", "roofline")
+    assert rc == 2 and f"{c}: line 3: request 2 has 396 input and 0 output tokens" in err
+
+
+def test_load_scales_the_trace_as_notebook_09_does(capsys):
+    """--load 4 on the synthetic workload is four times the users, arriving four times as fast (study.synthetic_at);
+    on a recorded trace it replays the same requests four times faster (study.scaled)."""
+    from kvlab.serving.study import synthetic_at
+    d = _json(capsys, "serve-sim", "synthetic", "--model", "qwen3-8b", "--gpu", "MI300X", "--sessions", "5",
+              "--human-pause-s", "10", "--load", "4", "--json")
+    assert d["requests"] == len(synthetic_at(4, 5, 0, human_pause_median_s=10.0)) and d["load"] == 4
+    one = _json(capsys, "serve-sim", "synthetic", "--model", "qwen3-8b", "--gpu", "MI300X", "--sessions", "5",
+                "--human-pause-s", "10", "--json")
+    assert one["requests"] < d["requests"]
+
+
+def test_text_output_names_step_times_and_memory(capsys):
+    rc, out, _ = run_cli(capsys, "serve-sim", "synthetic", "--model", "qwen3-8b", "--gpu", "MI300X", "--limit", "20")
+    assert rc == 0
+    assert "  step times: roofline (an estimate: kvlab's weight, KV and FLOP counts for qwen3-8b on MI300X" in out
+    assert "; not aiconfigurator: " in out and "  MI300X: 192 GB from the datasheet" in out

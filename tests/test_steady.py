@@ -79,3 +79,37 @@ def test_cli_plan_carries_the_steady_answer(capsys):
     assert rc == 0 and out["meets"] and a["why_not"] is None and a["gpus"] >= 1 and a["kvlab_gpus"] == out["gpus"]
     assert a["rate_from"] == "kvlab's planned run" and 0 < a["prefix"] < a["isl"]
     assert set(a["differences"]) >= {"burst_peak_to_mean", "input_p99_to_mean", "ttft_p99_to_mean", "token_hit_rate"}
+
+
+def test_aiconfigurator_is_pinned():
+    """kvlab's figures and calls are checked against aiconfigurator 0.12.0: the extra pins both packages to it and
+    the installed ones (where installed) are it."""
+    from pathlib import Path
+    from kvlab.serving.steptime import aiconfigurator as aic
+    text = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert f'"aiconfigurator-core=={aic.PINNED}' in text and f'"aiconfigurator=={aic.PINNED}' in text
+    assert steady.VERSION == aic.PINNED == "0.12.0"
+    if aic.available():
+        import importlib.metadata as md
+        assert aic.version() == md.version("aiconfigurator") == aic.PINNED
+
+
+@needs_aic
+@pytest.mark.slow
+def test_deprecation_notice_is_caught_not_printed(capfd):
+    """aiconfigurator 0.12.0 warns that its sweep functions move to `aisimulate` (DeprecationWarning, once per
+    process); `kvlab plan` runs it with warnings shown, as `python -W default` would, and the notice is caught into
+    NOTICES, never printed."""
+    import warnings
+    import aiconfigurator.deprecation as dep
+    from kvlab.serving.steptime import aiconfigurator as aic
+    dep._warned_entry_points.clear()  # it warns once per process: make this run the first
+    aic.NOTICES.clear()
+    with warnings.catch_warnings(record=True) as leaked:
+        warnings.simplefilter("always")
+        rc = main(["plan", "synthetic", "--model", "qwen3-8b", "--gpu", "H200", "--slo", "ttft_p99=2,tpot_p99=0.05",
+                   "--limit", "100", "--tp", "1", "--json"])
+    out, err = capfd.readouterr()
+    assert rc == 0 and json.loads(out)["aiconfigurator"]["gpus"] >= 1
+    assert not [str(w.message) for w in leaked] and "aisimulate" not in out + err and err == ""
+    assert any("aisimulate" in n and n.startswith("DeprecationWarning") for n in aic.NOTICES), aic.NOTICES

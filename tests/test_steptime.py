@@ -196,7 +196,7 @@ def test_bad_factory_inputs():
 # --- the CLI -------------------------------------------------------------------------------------------------------
 def test_cli_json(capsys):
     assert main(["step-time", "deepseek-v4.1-flash", "--gpu", "h200", "--engine", "vllm", "--decode", "32x4096",
-                 "--json"]) == 0
+                 "--tp", "4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["source"] == "roofline" and out["ms"] > 0 and out["estimate"] is True
     assert main(["step-time", "qwen3-8b", "--gpu", "h200", "--engine", "vllm", "--prefill", "2048",
@@ -229,3 +229,81 @@ def test_cli_forced_aiconfigurator_lacking_model(capsys, monkeypatch):
                  "--source", "aiconfigurator"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "aiconfigurator" in err
+
+
+# --- where step times come from, said in every output ------------------------------------------------------------
+def test_every_source_describes_itself():
+    r = step_time("qwen3-8b", "MI300X", "vllm")  # auto: aiconfigurator has no MI300X data
+    d = r.describe()
+    assert d["source"] == "roofline" and d["estimate"] is True and "MI300X" in d["basis"]
+    assert "fitted to aiconfigurator 0.12.0's Qwen3-8B / H200" in d["basis"]
+    assert "MI300X" in d["why_not_aiconfigurator"] or "not installed" in d["why_not_aiconfigurator"]
+    assert "TP communication not modelled" in roof(tp=4).describe()["basis"]
+    assert "MoE: a lower bound" in roof("deepseek-v3").describe()["basis"]
+    from kvlab.serving.stepmodel import AffineStepModel, describe, describe_line
+    a = describe(AffineStepModel.fitted())
+    assert a["source"] == "affine" and a["estimate"] and "Qwen3-8B / H200" in a["basis"]
+    assert describe_line(d).startswith("roofline (an estimate: kvlab's weight, KV and FLOP counts for qwen3-8b on "
+                                       "MI300X")
+
+
+@needs_aic
+def test_aiconfigurator_describes_its_data():
+    d = step_time("llama-3.1-70b", "H100", "vllm", tp=4).describe()
+    assert d["source"] == "aiconfigurator" and d["estimate"] is False and "why_not_aiconfigurator" not in d
+    assert d["basis"].startswith("NVIDIA aiconfigurator-core 0.12.0's engine model over measured kernel data for "
+                                 "meta-llama/Meta-Llama-3.1-70B on h100_sxm, vllm")
+
+
+def test_without_aiconfigurator_says_so_once(monkeypatch, capsys):
+    """A plain `pip install kvlab` (no serving extra): auto falls back to the roofline and says so once, in one
+    line, however many sources and runs follow."""
+    from kvlab.serving import steptime
+    monkeypatch.setattr(aic, "available", lambda: False)
+    monkeypatch.setattr(steptime, "_told", set())
+    for _ in range(2):
+        assert step_time("qwen3-8b", "H200", "vllm").name == "roofline"
+    for _ in range(2):
+        assert main(["serve-sim", "synthetic", "--model", "qwen3-8b", "--gpu", "H200", "--limit", "20"]) == 0
+    err = capsys.readouterr().err
+    assert err == steptime.NOT_INSTALLED + "\n"
+    assert "step times fall back to kvlab's roofline" in err and "pip install 'kvlab[serving]'" in err
+    assert main(["serve-sim", "synthetic", "--model", "qwen3-8b", "--gpu", "H200", "--limit", "20", "--step-time",
+                 "roofline"]) == 0  # asking for the roofline: nothing to say
+    assert capsys.readouterr().err == ""
+
+
+# --- sizes a user can type are bounded -----------------------------------------------------------------------------
+def test_huge_contexts_allocate_nothing_huge():
+    """A context of 2**40 tokens is priced without per-context tables (they stop at TABLE_MAX), so `kvlab step-time`
+    allocates no terabytes; past 2**40 (kvlab.sim.traces.MAX_TOKENS) and past 2**20 requests a step is refused."""
+    from kvlab.serving.steptime import base, roofline
+    r = roof()
+    huge = Step.decode_of(32, 2**40)
+    t = r.time(huge)
+    assert t.ms > 0 and len(r._kv_at) < roofline.TABLE_MAX
+    assert t.parts["kv_bytes"] == 32 * allocate("qwen3-8b", None, None, "vllm", shard=Shard(1)).layout.session(
+        2**40).total
+    assert r.step_s([], [2**40] * 32) == t.ms / 1e3 and r.step_s([(1000, 2**39)], [5]) > 0
+    with pytest.raises(ParameterError, match="decode context"):
+        Step.decode_of(1, base.MAX_CONTEXT + 1)
+    with pytest.raises(ParameterError, match="decode batch"):
+        Step.decode_of(base.MAX_BATCH + 1, 10)
+    with pytest.raises(ParameterError, match="cached"):
+        Chunk(10, base.MAX_CONTEXT)
+
+
+@pytest.mark.parametrize("arg", [["--decode", "32x1099511627777"], ["--decode", "2000000x10"],
+                                 ["--prefill", "1" + "0" * 5000], ["--decode", "9" * 30 + "x4"],
+                                 ["--prefill", "4096x2000000"], ["--prefill", "1099511627776@1"]])
+def test_cli_refuses_sizes_past_the_bounds(capsys, arg):
+    assert main(["step-time", "qwen3-8b", "--gpu", "h200", "--engine", "vllm", "--source", "roofline", *arg]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("kvlab: error: --") and len(err) < 400
+
+
+def test_cli_prices_the_largest_context_it_accepts(capsys):
+    assert main(["step-time", "qwen3-8b", "--gpu", "h200", "--engine", "vllm", "--source", "roofline", "--decode",
+                 "32x1099511627776", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ms"] > 0 and out["step_time"]["source"] == "roofline"

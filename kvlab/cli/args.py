@@ -74,6 +74,45 @@ def number(name: str, lo: float = 0.0, hi: float = NUMBER_MAX, lo_open: bool = F
     return parse
 
 
+_MEMORY = re.compile(r"(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*([kmgt]i?b|b)?")
+MEMORY_UNITS = {"b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+                "tib": 2**40}
+MEMORY_MAX = 10**15  # 1e6 GB: kvlab.hardware's bound on any figure
+
+
+def memory(name: str):
+    """A memory size -> bytes (int): GB (1e9 B) when written bare (80, 141.5), else with a unit as devices and
+    datasheets write it: 80GB, 139.8GiB, 143156MiB, 150109880320B."""
+    def parse(s: str) -> int:
+        m = _MEMORY.fullmatch(s.strip().lower())
+        if not m:
+            raise argparse.ArgumentTypeError(f"{name} must be a size: GB, or a number with a unit (80GB, 139.8GiB, "
+                                             f"143156MiB, 150109880320B), got {s!r}")
+        v = float(m[1]) * MEMORY_UNITS[m[2] or "gb"]
+        if not (0 < v <= MEMORY_MAX) or round(v) < 1:
+            raise argparse.ArgumentTypeError(f"{name} must lie in (0, {MEMORY_MAX / 1e9:,.0f} GB], got {s!r}")
+        return round(v)
+    return parse
+
+
+def add_gpu(parser: argparse.ArgumentParser, required: bool = True, default: str | None = None,
+            what: str = "GPU") -> None:
+    """--gpu (a catalog name) and --gpu-memory (the memory to plan with instead of the catalog's figure)."""
+    from ..hardware import gpu_names
+    parser.add_argument("--gpu", required=required, default=default,
+                        help=f"{what}: {', '.join(gpu_names())} (data/hardware.json)"
+                             + (f"; default {default}" if default else ""))
+    parser.add_argument("--gpu-memory", type=memory("--gpu-memory"), default=None, metavar="SIZE",
+                        help="the GPU's memory to plan with, instead of the catalog's (the device's own report where "
+                             "known, e.g. an H200's 150.1 GB, else the datasheet's): GB, or 80GB, 74.5GiB, 81559MiB")
+
+
+def gpu_of(args):
+    """The kvlab.hardware.Gpu that --gpu and --gpu-memory name."""
+    from ..hardware import get_gpu
+    return get_gpu(args.gpu) if args.gpu_memory is None else get_gpu(args.gpu, hbm_gb=args.gpu_memory / 1e9)
+
+
 def add_scheme(parser: argparse.ArgumentParser, help: str | None = None, default: str | None = "storage") -> None:
     """--scheme (kvlab.layout.SCHEMES: which format each cached component takes); --layout is its older name.
     default None: the engine's own (vllm under --engine vllm, storage otherwise)."""

@@ -1,57 +1,146 @@
 """`kvlab serve-sim`: a request trace through R replicas of a deployment (discrete-event serving simulator);
-`kvlab plan`: the fewest replicas (and GPUs) of that deployment meeting a latency SLO on the trace."""
+`kvlab plan`: the fewest GPUs (tensor-parallel size x replicas) of that model meeting a latency SLO on the trace.
+
+Both price steps the same way by default (`--step-time auto`: aiconfigurator's data where it covers the deployment,
+else kvlab's roofline) and print where the step times come from; both take the trace at `--load` x its offered
+load as notebook 09 does (kvlab.serving.study.trace_at).
+"""
 from __future__ import annotations
 
 import json
 import math
 
-from .args import count as _count, number as _number
+from .args import add_gpu, count as _count, gpu_of, number as _number
 
-STEP_TIMES = ("affine", "auto", "aiconfigurator", "roofline")  # --step-time choices
+STEP_TIMES = ("auto", "aiconfigurator", "roofline", "affine")  # --step-time choices
+AFFINE = (("overhead_ms", "--overhead-ms", 1e-3), ("prefill_token_us", "--prefill-token-us", 1e-6),
+          ("decode_request_us", "--decode-request-us", 1e-6), ("context_token_ns", "--context-token-ns", 1e-9))
+NOT_MET_EXIT = 1  # `kvlab plan`'s exit status when no candidate meets the SLO (2 stays for bad input)
 
 
-def _step_model(args):
-    """The simulator's step model: the affine fit (serve-sim's default, its --overhead-ms ... options) or a step-time
-    source (kvlab.serving.steptime: aiconfigurator's data where it covers the deployment, else the roofline)."""
+def _affine(args):
+    """The affine step model the options ask for, or None (another --step-time). Without coefficients it is the
+    fit to aiconfigurator's Qwen3-8B / H200 figures (refused for any other deployment by the simulator); with
+    them, all four are needed."""
+    from ..errors import ParameterError
     from ..serving.stepmodel import AffineStepModel
-    if args.step_time == "affine":
-        return AffineStepModel(args.overhead_ms / 1e3, args.prefill_token_us / 1e6, args.decode_request_us / 1e6,
-                               args.context_token_ns / 1e9)
+    given = {flag: getattr(args, k) for k, flag, _ in AFFINE if getattr(args, k) is not None}
+    if args.step_time != "affine":
+        if given:
+            raise ParameterError(f"{', '.join(given)}: the affine step model's coefficients; add --step-time affine "
+                                 f"(--step-time {args.step_time} prices steps without them)")
+        return None
+    if not given:
+        return AffineStepModel.fitted()
+    if len(given) < len(AFFINE):
+        missing = [flag for _, flag, _ in AFFINE if flag not in given]
+        raise ParameterError(f"give all four affine coefficients ({', '.join(missing)} missing), or none for the "
+                             "fit to aiconfigurator's Qwen3-8B / H200 figures")
+    return AffineStepModel(*(getattr(args, k) * unit for k, _, unit in AFFINE),
+                           basis="coefficients given on the command line")
+
+
+def _pricer(args, gpu):
+    """tp -> the step model of that deployment (the affine model, whatever the TP, when asked for)."""
+    affine = _affine(args)
+    if affine is not None:
+        return lambda tp: affine
     from ..serving.steptime import step_time
-    return step_time(args.model, args.gpu, args.engine, args.tp, args.kv_format, source=args.step_time)
+    return lambda tp: step_time(args.model, gpu, args.engine, tp, args.kv_format, source=args.step_time)
 
 
-def _trace_and_config(args, replicas: int):
+def _trace(args):
+    """The trace at --load x its offered load (synthetic: more users; a file: replayed faster), refused with its
+    file and line when a request has no prompt or no output token."""
+    from ..errors import ParameterError
+    from ..serving.simulator import empty_requests
+    from ..serving.study import trace_at
+    workload = {k: v for k, v in (("sessions", args.sessions), ("human_pause_median_s", args.human_pause_s))
+                if v is not None}
+    tr = trace_at(args.trace, args.load, limit=args.limit, seed=args.seed, **workload)
+    bad = empty_requests(tr)
+    if len(bad):
+        i = int(bad[0])
+        where = _record_line(args.trace, i)
+        more = f" ({len(bad):,} such requests)" if len(bad) > 1 else ""
+        raise ParameterError(f"{where}: request {i + 1:,} has {int(tr.input_tokens[i]):,} input and "
+                             f"{int(tr.output_tokens[i]):,} output tokens{more}: an engine serves no empty prompt and "
+                             "generates at least one token (vLLM refuses both), so kvlab does not serve it")
+    return tr
+
+
+def _record_line(name, index: int) -> str:
+    """'path: line N' of the index-th record of a trace file (blank lines skipped, a CSV's header on line 1, as
+    kvlab.sim.traces reads them); 'trace NAME, request N' when it is not a file."""
+    from ..sim.traces import trace_path
+    try:
+        path = trace_path(name)
+    except Exception:  # noqa: BLE001 - synthetic, or a name the loader already resolved another way
+        return f"trace {name}, record {index + 1:,}"
+    seen = -1
+    with open(path, "rb") as f:
+        for ln, raw in enumerate(f, 1):
+            if path.suffix == ".csv" and ln == 1:
+                continue
+            seen += bool(raw.strip())
+            if seen == index:
+                return f"{path}: line {ln}"
+    return f"{path}: record {index + 1:,}"
+
+
+def _config(args, gpu, trace, tp: int, replicas: int = 1):
     from ..serving.simulator import deployment_config
-    from ..sim.traces import load_trace
-    tr = load_trace(args.trace, limit=args.limit, seed=args.seed)
     sched = dict(router=args.router, max_num_batched_tokens=args.max_num_batched_tokens,
                  max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len)
     if args.open_loop:
         sched["closed_loop"] = False
-    cfg = deployment_config(args.model, args.gpu, tr, engine=args.engine, tp=args.tp, pp=args.pp,
-                            replicas=replicas, kv_format=args.kv_format, hbm_gb=args.hbm_gb, dram_gb=args.dram_gb,
-                            ssd_gb=args.ssd_gb, ttl_s=math.inf if args.ttl_s is None else args.ttl_s, **sched)
-    return tr, cfg
+    return deployment_config(args.model, gpu, trace, engine=args.engine, tp=tp, pp=args.pp, replicas=replicas,
+                             kv_format=args.kv_format, hbm_gb=args.hbm_gb, dram_gb=args.dram_gb, ssd_gb=args.ssd_gb,
+                             ttl_s=math.inf if args.ttl_s is None else args.ttl_s, **sched)
+
+
+def _context(args, gpu, trace) -> dict:
+    """What every output names: the trace at its load, the GPU and its memory's source, the KV caveat."""
+    from ..serving.native import kv_caveat
+    return {"trace": trace.name, "load": args.load, "requests": len(trace), "model": args.model, "gpu": gpu.name,
+            "gpu_memory_bytes": gpu.hbm_bytes, "gpu_memory": gpu.memory_label(), "engine": args.engine,
+            "kv_format": args.kv_format, "pp": args.pp, "router": args.router,
+            "kv_caveat": kv_caveat(args.model, gpu, args.engine, args.kv_format)}
+
+
+def _head(out: dict) -> str:
+    load = "" if out["load"] == 1 else f" at x{out['load']:g} load"
+    return f"{out['trace']}{load} ({out['requests']:,} requests)"
+
+
+def _tail_lines(out: dict, step_time: dict) -> list[str]:
+    from ..serving.stepmodel import describe_line
+    lines = [f"  step times: {describe_line(step_time)}", f"  {out['gpu']}: {out['gpu_memory']}"]
+    if out.get("kv_caveat"):
+        lines.append(f"  caveat: {out['kv_caveat']}")
+    return lines
 
 
 def cmd_serve_sim(args) -> int:
     from ..serving.simulator import simulate_serving
-    tr, cfg = _trace_and_config(args, args.replicas)
-    model = _step_model(args)
+    gpu = gpu_of(args)
+    tr = _trace(args)
+    tp = args.tp or 1
+    cfg = _config(args, gpu, tr, tp, args.replicas)
+    model = _pricer(args, gpu)(tp)
     slo = {k: v for k, v in (("ttft_s", args.slo_ttft_s), ("tpot_s", args.slo_tpot_s)) if v is not None}
     r = simulate_serving(tr, cfg, model, slo)
-    out = {"trace": tr.name, "model": args.model, "gpu": args.gpu, "engine": args.engine, "tp": args.tp,
-           "pp": args.pp, "replicas": args.replicas, "router": args.router, "pool_tokens": cfg.pool_tokens,
-           "step_time": getattr(model, "name", args.step_time), "layout_note": cfg.layout_note or None,
+    s = r.summary()
+    out = {**_context(args, gpu, tr), "tp": tp, "replicas": args.replicas, "pool_tokens": cfg.pool_tokens,
+           "layout_note": cfg.layout_note or None,
            "cache_blocks": None if cfg.cache_blocks is None else dict(zip(("hbm", "dram", "ssd"), cfg.cache_blocks)),
-           **r.summary()}
+           **s}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
     f = lambda v, u="s": "-" if v is None else f"{v:.3f} {u}"  # noqa: E731
-    print(f"{tr.name}: {out['requests']:,} requests through {args.replicas} x {args.model} on {args.gpu} "
-          f"(TP{args.tp} PP{args.pp}, {args.engine}), router {args.router}; pool {cfg.pool_tokens:,} tokens per replica")
+    print(f"{_head(out)} through {args.replicas} x {args.model} on {gpu.name} (TP{tp} PP{args.pp}, {args.engine}), "
+          f"router {args.router}; pool {cfg.pool_tokens:,} tokens per replica")
     if cfg.layout_note:
         print(f"  {cfg.layout_note}")
     print(f"  completed {out['completed']:,}, rejected {out['rejected']:,}, preemptions {out['preemptions']:,}")
@@ -61,37 +150,69 @@ def cmd_serve_sim(args) -> int:
           f"{out['goodput_requests_per_s']:.3f} requests/s; {out['gpu_seconds']:,.1f} GPU-s")
     print(f"  prefix hits: {out['token_hit_rate']:.1%} of tokens (hbm {out['hbm_token_hit_rate']:.1%}, "
           f"dram {out['dram_token_hit_rate']:.1%}, ssd {out['ssd_token_hit_rate']:.1%})")
+    print("\n".join(_tail_lines(out, s["step_time"])))
     return 0
 
 
+def _tps(args) -> list[int]:
+    """The tensor-parallel sizes plan searches: --tp alone when given (or for affine step times, which price one
+    deployment), else 1, 2, 4, 8 up to --max-tp."""
+    from ..serving.plan import TP_CHOICES
+    if args.tp is not None:
+        return [args.tp]
+    if args.step_time == "affine":
+        return [1]
+    return [t for t in TP_CHOICES if t <= args.max_tp] or [args.max_tp]
+
+
 def cmd_plan(args) -> int:
-    from ..serving.plan import parse_slo, plan_config
+    import sys
+    from ..serving.plan import parse_slo, search
     slo = parse_slo(args.slo)
-    tr, cfg = _trace_and_config(args, 1)
-    model = _step_model(args)
-    p = plan_config(tr, cfg, slo, step_model=model, max_replicas=args.max_replicas)
-    out = {"trace": tr.name, "model": args.model, "gpu": args.gpu, "engine": args.engine, "tp": args.tp,
-           "pp": args.pp, "kv_format": args.kv_format, "router": args.router, "pool_tokens": cfg.pool_tokens,
-           "step_time": getattr(model, "name", args.step_time), "layout_note": cfg.layout_note or None,
-           **p.to_dict()}
-    if not args.no_steady:  # aiconfigurator's steady-state answer beside the simulated one (kvlab.serving.steady)
+    gpu = gpu_of(args)
+    tr = _trace(args)
+    price, notes = _pricer(args, gpu), {}
+
+    def configure(tp: int):
+        cfg = _config(args, gpu, tr, tp)
+        if cfg.layout_note:
+            notes[cfg.layout_note] = None
+        return cfg
+    s = search(tr, slo, configure, price, _tps(args), args.pp, max_replicas=args.max_replicas)
+    p = s.best
+    out = {**_context(args, gpu, tr), **s.to_dict(), "layout_note": "; ".join(notes) or None}
+    first = s.candidates[0]
+    out.setdefault("step_time", first.step_time)
+    if p is not None and not args.no_steady:  # aiconfigurator's steady-state answer beside the simulated one
         from ..serving.steady import beside_plan
-        out["aiconfigurator"] = beside_plan(tr, p, args.model, args.gpu, args.engine, args.kv_format)
+        out["aiconfigurator"] = beside_plan(tr, p, args.model, gpu.name, args.engine, args.kv_format)
+    lim = ", ".join(f"{k} <= {v:g} s" for k, v in slo.items())
+    fail = (f"no candidate ({', '.join(f'TP{c.tp}' for c in s.candidates)}) of {args.model} on {gpu.name} meets "
+            f"{lim} on {tr.name}; best reached: " + "; ".join(f"TP{c.tp} {c.reached_line()}" for c in s.candidates))
     if args.json:
         print(json.dumps(out, indent=2))
-        return 0
-    lim = ", ".join(f"{k} <= {v:g} s" for k, v in slo.items())
-    if cfg.layout_note:
-        print(f"  {cfg.layout_note}")
-    if p.replicas is None:
-        print(f"{tr.name}: {args.model} on {args.gpu} cannot meet {lim}: {p.why_not}")
+        if p is None:
+            print(f"kvlab: plan: {fail}", file=sys.stderr)
+        return 0 if p is not None else NOT_MET_EXIT
+    if p is None:
+        print(f"{_head(out)}: no deployment of {args.model} on {gpu.name} meets {lim}")
     else:
         m = p.metrics
-        print(f"{tr.name}: {p.replicas} replicas x {p.gpus_per_replica} GPU = {p.gpus} x {args.gpu} meet {lim} "
-              f"({args.model}, {args.engine}, step times: {out['step_time']})")
+        print(f"{_head(out)}: {p.replicas} replica{'s' if p.replicas > 1 else ''} x TP{p.tp}"
+              + (f" x PP{args.pp}" if args.pp > 1 else "") + f" = {p.gpus} x {gpu.name} meet {lim} "
+              f"({args.model}, {args.engine})")
         print(f"  TTFT p99 {m['ttft_p99_s']:.3f} s, TPOT p99 {(m['tpot_p99_s'] or 0):.4f} s, "
               f"{m['throughput_tokens_per_s']:,.0f} tokens/s, prefix hits {m['token_hit_rate']:.1%}"
               + (f"; {p.replicas - 1} replica{'s' if p.replicas > 2 else ''} fail it" if p.below else ""))
+    print(f"  candidates ({s.rule}):")
+    for c in s.candidates:
+        got = f"{c.gpus} GPU{'s' if c.gpus > 1 else ''} ({c.replicas} x TP{c.tp})" if c.replicas else None
+        print(f"    TP{c.tp}: " + (got or f"not met ({c.why_not}); best reached {c.reached_line()}"))
+    for tp, why in s.skipped.items():
+        print(f"    TP{tp}: not searched: {why}")
+    if out["layout_note"]:
+        print(f"  {out['layout_note']}")
+    print("\n".join(_tail_lines(out, (p or first).step_time)))
     a = out.get("aiconfigurator")
     if a is not None:
         if a.get("gpus") is None:
@@ -104,34 +225,44 @@ def cmd_plan(args) -> int:
                   f"TP{a['tp']}; the trace's busiest {d['burst_window_s']:g} s brings "
                   + ("-" if d["burst_peak_to_mean"] is None else f"{d['burst_peak_to_mean']:.1f}x")
                   + f" the mean rate, input p99 is {d['input_p99_to_mean']:.1f}x the mean")
+    if p is None:
+        print(f"kvlab: plan: {fail}", file=sys.stderr)
+        return NOT_MET_EXIT
     return 0
 
 
-def _deployment_args(m, sm, ENGINES, ROUTERS) -> None:
+def _deployment_args(m, ENGINES, ROUTERS) -> None:
     m.add_argument("trace", help="'synthetic', a path, or a public trace by name (kvlab traces list)")
     m.add_argument("--model", required=True)
-    m.add_argument("--gpu", required=True, help="H100, H200, B200, MI300X, L40S (data/hardware.json)")
+    add_gpu(m)
     m.add_argument("--engine", default="vllm", choices=list(ENGINES), help="allocation and memory rule (default vllm)")
-    m.add_argument("--tp", type=_count("--tp", 1, 1 << 20), default=1, help="tensor-parallel size per replica")
     m.add_argument("--pp", type=_count("--pp", 1, 1 << 20), default=1, help="pipeline stages per replica")
     m.add_argument("--router", default="round_robin", choices=list(ROUTERS))
     m.add_argument("--kv-format", default=None)
+    m.add_argument("--load", type=_number("--load", 0, 1e6, lo_open=True), default=1.0,
+                   help="offered load, x the trace's (default 1): the synthetic workload grows by users (x the "
+                        "sessions, arriving x as fast), a recorded trace is replayed x faster (as notebook 09)")
+    m.add_argument("--sessions", type=_count("--sessions", 1, 1 << 24), default=None,
+                   help="synthetic workload: sessions at load 1 (default 200)")
+    m.add_argument("--human-pause-s", type=_number("--human-pause-s", 0, 1e9, lo_open=True), default=None,
+                   help="synthetic workload: median pause for a human reply, seconds (default 60)")
     m.add_argument("--hbm-gb", type=_number("--hbm-gb"), default=None,
                    help="prefix cache in HBM per replica, GB (default: the KV pool over the replica's GPUs)")
     m.add_argument("--dram-gb", type=_number("--dram-gb"), default=0.0)
     m.add_argument("--ssd-gb", type=_number("--ssd-gb"), default=0.0)
     m.add_argument("--policy", default="lru", choices=["lru"], help="eviction policy of every tier (lru)")
     m.add_argument("--ttl-s", type=_number("--ttl-s", 0, lo_open=True), default=None, help="host-tier TTL, seconds")
-    m.add_argument("--max-num-batched-tokens", type=_count("--max-num-batched-tokens", 1), default=8192)
-    m.add_argument("--max-num-seqs", type=_count("--max-num-seqs", 1), default=256)
-    m.add_argument("--max-model-len", type=_count("--max-model-len", 1), default=None)
-    m.add_argument("--overhead-ms", type=_number("--overhead-ms"), default=sm.DEFAULT_OVERHEAD_S * 1e3,
-                   help="affine step model: fixed ms per step (defaults: an affine fit to aiconfigurator's Qwen3-8B "
-                        "H200)")
-    m.add_argument("--prefill-token-us", type=_number("--prefill-token-us"), default=sm.DEFAULT_PREFILL_TOKEN_S * 1e6)
-    m.add_argument("--decode-request-us", type=_number("--decode-request-us"),
-                   default=sm.DEFAULT_DECODE_REQUEST_S * 1e6)
-    m.add_argument("--context-token-ns", type=_number("--context-token-ns"), default=sm.DEFAULT_CONTEXT_TOKEN_S * 1e9)
+    m.add_argument("--max-num-batched-tokens", type=_count("--max-num-batched-tokens", 1, 1 << 24), default=8192)
+    m.add_argument("--max-num-seqs", type=_count("--max-num-seqs", 1, 1 << 20), default=256)
+    m.add_argument("--max-model-len", type=_count("--max-model-len", 1, 1 << 40), default=None)
+    m.add_argument("--step-time", default="auto", choices=STEP_TIMES,
+                   help="step model (default auto: aiconfigurator's data where it covers the deployment, else kvlab's "
+                        "roofline; aiconfigurator or roofline only; affine: the four coefficients below, or without "
+                        "them the fit to aiconfigurator's Qwen3-8B / H200 figures, refused for any other deployment)")
+    for k, flag, _ in AFFINE:
+        unit = flag.rsplit("-", 1)[1]
+        m.add_argument(flag, dest=k, type=_number(flag, 0, 1e9), default=None,
+                       help=f"affine step model ({unit}; with --step-time affine, all four or none)")
     m.add_argument("--open-loop", action="store_true", help="sessions arrive at trace times, not after their last turn")
     m.add_argument("--seed", type=_count("--seed"), default=0, help="seed of the synthetic workload")
     m.add_argument("--limit", type=_count("--limit", 1), default=None, help="read only the first N requests")
@@ -140,25 +271,25 @@ def _deployment_args(m, sm, ENGINES, ROUTERS) -> None:
 
 def register(sub) -> None:
     from ..engines import ENGINES
+    from ..serving.plan import METRICS, TIE_RULE
     from ..serving.router import ROUTERS
-    from ..serving import stepmodel as sm
     m = sub.add_parser("serve-sim", help="discrete-event serving simulation of a trace on R replicas")
-    _deployment_args(m, sm, ENGINES, ROUTERS)
+    _deployment_args(m, ENGINES, ROUTERS)
+    m.add_argument("--tp", type=_count("--tp", 1, 1 << 20), default=None, help="tensor-parallel size per replica "
+                                                                                "(default 1)")
     m.add_argument("--replicas", type=_count("--replicas", 1, 1 << 20), default=1, help="replicas behind the router")
-    m.add_argument("--step-time", default="affine", choices=STEP_TIMES,
-                   help="step model: affine (the --overhead-ms ... fit, default), auto (aiconfigurator's data where "
-                        "it covers the deployment, else kvlab's roofline), aiconfigurator, roofline")
     m.add_argument("--slo-ttft-s", type=_number("--slo-ttft-s", 0, lo_open=True), default=None)
     m.add_argument("--slo-tpot-s", type=_number("--slo-tpot-s", 0, lo_open=True), default=None)
     m.set_defaults(func=cmd_serve_sim)
-    p = sub.add_parser("plan", help="fewest replicas and GPUs meeting a TTFT / TPOT SLO on a trace (serve-sim search)")
-    _deployment_args(p, sm, ENGINES, ROUTERS)
+    p = sub.add_parser("plan", help="fewest GPUs (TP x replicas) meeting a TTFT / TPOT SLO on a trace (serve-sim "
+                                    "search); exits 1 when no candidate meets it")
+    _deployment_args(p, ENGINES, ROUTERS)
     p.add_argument("--slo", required=True,
-                   help="limits in seconds, e.g. ttft_p99=2,tpot_p99=0.05 (ttft / tpot / e2e at p50 / p99, "
-                        "queue_mean, ttft_mean)")
-    p.add_argument("--step-time", default="auto", choices=STEP_TIMES,
-                   help="step model (default auto: aiconfigurator's data where it covers the deployment, else "
-                        "kvlab's roofline; affine: the --overhead-ms ... fit)")
+                   help=f"limits in seconds, e.g. ttft_p99=2,tpot_p99=0.05; metrics: {', '.join(METRICS)}")
+    p.add_argument("--tp", type=_count("--tp", 1, 1 << 20), default=None,
+                   help=f"search only this tensor-parallel size (default: 1, 2, 4, 8 up to --max-tp; {TIE_RULE})")
+    p.add_argument("--max-tp", type=_count("--max-tp", 1, 1 << 20), default=8,
+                   help="largest tensor-parallel size searched (default 8)")
     p.add_argument("--max-replicas", type=_count("--max-replicas", 1, 1 << 20), default=4096,
                    help="give up past this many replicas (default 4096)")
     p.add_argument("--no-steady", action="store_true",

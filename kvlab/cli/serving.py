@@ -2,9 +2,35 @@
 from __future__ import annotations
 
 import json
+import re
 
 from ..errors import ParameterError
-from .args import add_engine, add_formats, add_parallel, add_scheme, count as _count, format_kwargs, number as _number
+from .args import (add_engine, add_formats, add_gpu, add_parallel, add_scheme, count as _count, format_kwargs, gpu_of,
+                   number as _number)
+
+
+def _units(text: str) -> str:
+    """Every 'N,NNN B' of a rule written with exact bytes, in GB / MB for a reader (exact integers stay in --json)."""
+    from ..explain import fmt_size
+    return re.sub(r"\b(\d{1,3}(?:,\d{3})+|\d+) B\b", lambda m: fmt_size(int(m[1].replace(",", ""))), text)
+
+
+def _deployment(args, cap, explicit: bool) -> tuple[str, str]:
+    """The deployment line (GPUs and how they were chosen, the allocation and memory rules) and the weights line."""
+    from ..explain import fmt_size
+    from ..serving.capacity import SHARD_CHOICES, weight_bytes
+    par = cap.parallel
+    how = ("as given" if explicit else
+           f"{cap.weight_shards} given by --weight-shards" if args.weight_shards is not None else
+           f"the fewest of {', '.join(map(str, SHARD_CHOICES))} GPUs whose weight share takes at most half the "
+           "usable memory, each GPU keeping whole sessions; --tp / --pp / --dp-attention choose")
+    alloc = "exact storage" if cap.engine == "exact" else f"{cap.engine}'s paging"
+    gpus = par.label() if cap.gpus == 1 else f"{par.label()} = {cap.gpus} GPUs"
+    dep = f"deployment: {gpus} ({how}); KV counted as {alloc}, {cap.budget.engine}'s memory rule"
+    src = "given (--weight-gb)" if args.weight_gb is not None else f"estimate: {weight_bytes(cap.model).note}"
+    w = (f"weights: {fmt_size(cap.weight_bytes)}, {fmt_size(cap.weight_share)} per GPU over {cap.weight_shards} "
+         f"GPU(s) ({src})")
+    return dep, w
 
 
 VLLM_FLAGS = ("kv_cache_memory_bytes", "max_model_len", "max_num_batched_tokens", "no_prefix_caching",
@@ -35,17 +61,23 @@ def vllm_record(args, cap, par) -> dict:
 
 
 def cmd_sessions(args) -> int:
+    from ..explain import fmt_size
     from ..serving.capacity import plan
+    from ..serving.native import kv_caveat
     from ..serving.parallel import Parallelism
     explicit = args.tp > 1 or args.dcp > 1 or args.pp > 1 or args.dp_attention
     par = Parallelism(args.tp, args.dcp, args.pp, args.dp_attention) if explicit else None
-    cap = plan(args.model, args.gpu, args.context, args.prefix_hit_rate, scheme=args.scheme,
+    gpu = gpu_of(args)
+    cap = plan(args.model, gpu, args.context, args.prefix_hit_rate, scheme=args.scheme,
                utilization=args.utilization, weight_shards=args.weight_shards,
                weights=None if args.weight_gb is None else int(args.weight_gb * 1e9),
                activation_gb=args.activation_gb, replay_probability=args.replay_probability, parallel=par,
                engine=args.engine, memory_fraction=args.memory_fraction, page_size=args.page_size,
                kv_cache_memory_bytes=args.kv_cache_memory_bytes, **format_kwargs(args))
     out = cap.as_dict()
+    deployment, weights = _deployment(args, cap, explicit)
+    out.update(gpu_memory=gpu.memory_label(), deployment_line=deployment, weights_line=weights,
+               kv_caveat=kv_caveat(args.model, gpu, args.engine, **format_kwargs(args)))
     v = vllm_record(args, cap, par)
     if v:
         out["vllm"] = v if isinstance(v, dict) else v.as_dict()
@@ -57,24 +89,30 @@ def cmd_sessions(args) -> int:
     s = cap.session
     where = cap.parallel.label()
     print(f"{out['model']} on {cap.gpu.name} ({where}), {s.tokens:,}-token sessions, counted {cap.engine}")
+    print(f"  {deployment}")
+    print(f"  {weights}")
+    print(f"  {cap.gpu.name}: {out['gpu_memory']}")
     if cap.layout_note:
         print(f"  per GPU: {cap.layout_note}")
     share = " (the busiest GPU's share)" if cap.parallel.sessions_spread and cap.gpus > 1 else ""
-    print(f"  session{share}: {s.growing_bytes:,} B growing - {s.prefix_hit_bytes:,} B prefix hits "
-          f"+ {s.replay_bytes:,.0f} B expected replay + {s.bounded_bytes:,} B bounded = {s.total:,.0f} B")
-    print(f"  usable KV ({cap.budget.engine}'s rule): {cap.budget.rule}")
+    print(f"  session{share}: {fmt_size(s.growing_bytes)} growing - {fmt_size(s.prefix_hit_bytes)} prefix hits "
+          f"+ {fmt_size(s.replay_bytes)} expected replay + {fmt_size(s.bounded_bytes)} bounded = {fmt_size(s.total)}")
+    print(f"  usable KV per GPU ({cap.budget.engine}'s rule): {_units(cap.budget.rule)}")
     print(f"  sessions per GPU, held while decoding: {cap.sessions_per_gpu:,} ({cap.sessions_without_replay:,} "
           f"without the replay penalty); per deployment of {cap.gpus} GPU(s): {cap.sessions_per_deployment:,}")
     if cap.sessions_per_deployment == 0:
-        print(f"  (one {s.tokens:,}-token session needs {s.total:,.0f} B on a GPU, more than the "
-              f"{cap.usable_kv_bytes:,} B usable: shorten the context, shard the KV or choose a smaller format)")
+        print(f"  (one {s.tokens:,}-token session needs {fmt_size(s.total)} on a GPU, more than the "
+              f"{fmt_size(cap.usable_kv_bytes)} usable: shorten the context, shard the KV or choose a smaller format)")
+    if out["kv_caveat"]:
+        print(f"  caveat: {out['kv_caveat']}")
     if "num_blocks" in out.get("vllm", {}):
         r = out["vllm"]
         print(f"  vLLM, reserved at admission: {r['num_blocks']:,} blocks of {r['block_tokens']:,} tokens "
-              f"({r['bytes_per_block']:,} B each), {r['blocks_per_request']:,} blocks per {r['max_model_len']:,}-token "
-              f"request over {len(r['groups'])} group(s): max concurrency {r['max_concurrency']:.2f}")
+              f"({fmt_size(r['bytes_per_block'])} each), {r['blocks_per_request']:,} blocks per "
+              f"{r['max_model_len']:,}-token request over {len(r['groups'])} group(s): max concurrency "
+              f"{r['max_concurrency']:.2f}")
         print(f"    vLLM logs: {r['logged']}")
-        print(f"    held while decoding: {r['held_while_decoding']['bytes_per_request']:,} B per request -> "
+        print(f"    held while decoding: {fmt_size(r['held_while_decoding']['bytes_per_request'])} per request -> "
               f"{r['held_while_decoding']['concurrency']:.2f} requests")
         if args.explain:
             for line in v.explain()[1:]:
@@ -87,7 +125,7 @@ def cmd_sessions(args) -> int:
 def register(sub) -> None:
     s = sub.add_parser("sessions", help="sessions per GPU and per deployment for a model, GPU and context length")
     s.add_argument("model", help="catalog name, config.json path or Hub id (ORG/NAME)")
-    s.add_argument("--gpu", required=True, help="H100, H200, B200, MI300X, L40S (data/hardware.json)")
+    add_gpu(s)
     s.add_argument("--context", type=_count("--context", 1), required=True, help="tokens per session")
     s.add_argument("--prefix-hit-rate", type=_number("--prefix-hit-rate", 0, 1), default=0.0)
     add_formats(s)

@@ -4,20 +4,27 @@ from __future__ import annotations
 import json
 import math
 
-from .args import count as _count, number as _number
+from .args import add_gpu, count as _count, gpu_of, number as _number
 
 
 def cmd_simulate(args) -> int:
+    from ..errors import ParameterError
+    from ..serving.native import kv_caveat
     from ..sim.tiering import make_tiers, simulate
     from ..sim.traces import load_trace
+    gpu = gpu_of(args)
     tr = load_trace(args.trace, limit=args.limit, seed=args.seed)
-    tiers = make_tiers(args.model, args.hbm_gb, args.dram_gb, args.ssd_gb, gpu=args.gpu,
+    tiers = make_tiers(args.model, args.hbm_gb, args.dram_gb, args.ssd_gb, gpu=gpu,
                        block_tokens=tr.block_tokens, ttl_s=args.ttl_s if args.ttl_s is not None else math.inf,
                        prefill_tokens_per_s=args.prefill_tps, kv_format=args.kv_format)
+    if args.hbm_gb * 1e9 > gpu.hbm_bytes:
+        raise ParameterError(f"--hbm-gb {args.hbm_gb:g} is more than {gpu.name}'s memory ({gpu.memory_label()}); "
+                             "give --gpu-memory to plan with more")
     policy = (args.policy, args.dram_policy or args.policy, args.ssd_policy or args.policy)
     admission = (args.admission, args.dram_admission or args.admission, args.ssd_admission or args.admission)
     r = simulate(tr, tiers, policy, progress=not args.json and not args.no_progress, admission=admission)
-    out = {"trace": tr.name, "model": args.model, **r.summary()}
+    out = {"trace": tr.name, "model": args.model, "gpu": gpu.name, "gpu_memory": gpu.memory_label(),
+           "kv_caveat": kv_caveat(args.model, gpu, None, args.kv_format), **r.summary()}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
@@ -30,6 +37,9 @@ def cmd_simulate(args) -> int:
     print(f"  recomputed tokens: {r.recomputed_tokens:,} of {r.input_tokens:,}")
     print("  bytes moved: " + ", ".join(f"{k} {v / 1e9:,.1f} GB" for k, v in r.moved_bytes.items()))
     print(f"  TTFT: mean {out['ttft_mean_s']:.3f} s, p50 {out['ttft_p50_s']:.3f} s, p99 {out['ttft_p99_s']:.3f} s")
+    print(f"  {gpu.name} (bandwidths, and the bound on --hbm-gb): {out['gpu_memory']}")
+    if out["kv_caveat"]:
+        print(f"  caveat: {out['kv_caveat']}")
     return 0
 
 
@@ -51,7 +61,7 @@ def register(sub) -> None:
     m.add_argument("--dram-admission", default=None, choices=list(ADMISSIONS), help="DRAM's (default: --admission)")
     m.add_argument("--ssd-admission", default=None, choices=list(ADMISSIONS), help="SSD's (default: --admission)")
     m.add_argument("--ttl-s", type=_number("--ttl-s"), default=None, help="host DRAM TTL in seconds (default none)")
-    m.add_argument("--gpu", default="H100", help="bandwidths for the TTFT estimate")
+    add_gpu(m, required=False, default="H100", what="bandwidths for the TTFT estimate, and memory --hbm-gb fits in")
     m.add_argument("--prefill-tps", type=_number("--prefill-tps"), default=10_000.0,
                    help="prefill tokens/s for recomputed tokens (assumption; default 10,000)")
     m.add_argument("--kv-format", default=None)

@@ -89,6 +89,22 @@ class ServingParams(NotebookParams):
             return None
         return dict(sessions=self.synthetic_sessions, seed=self.seed, human_pause_median_s=self.human_pause_median_s)
 
+    def plan_command(self, d: Deployment) -> str:
+        """The `kvlab plan` command that answers the GPUs-needed question for deployment `d` from the shell: the same
+        trace at the same load, step times, SLO and replica limit, with the TP fixed to the deployment's (the shell
+        also searches TP when --tp is left out)."""
+        import shlex
+        parts = ["kvlab plan", shlex.quote(self.trace)]
+        if self.synthetic is not None:
+            parts += ["--sessions", str(self.synthetic_sessions), "--human-pause-s", f"{self.human_pause_median_s:g}",
+                      "--seed", str(self.seed)]
+        elif self.limit:
+            parts += ["--limit", str(self.limit)]
+        parts += ["--load", f"{self.load:g}", "--model", shlex.quote(d.model), "--gpu", self.gpu, "--engine",
+                  self.engine, "--tp", str(d.tp)] + (["--kv-format", d.kv_format] if d.kv_format else [])
+        return " ".join(parts + ["--step-time", self.step_time, "--slo", self.slo_text, "--max-replicas",
+                                 str(self.max_replicas), "--no-steady"])
+
     def study(self) -> Study:
         """The study these parameters describe (its trace loaded: a bad path or name stops here, named)."""
         if self.synthetic is not None:

@@ -49,9 +49,11 @@ class SglangMemory:
 
 def sglang_mem_fraction(gpu: Gpu, tp: int = 1, pp: int = 1, dp_attention: bool = False, dp: int = 1) -> SglangMemory:
     """mem_fraction_static as SGLang derives it when unset (server_args.py _handle_gpu_memory_settings; no
-    speculative decoding, no piecewise CUDA graphs, text-only)."""
+    speculative decoding, no piecewise CUDA graphs, text-only). SGLang reads the GPU's memory from nvidia-smi's
+    memory.total (python/sglang/srt/utils get_nvgpu_memory_capacity), the driver's reserve included: the catalog's
+    `smi_memory_mib` where known (an H200: 143,771 MiB), else the memory planned with."""
     tp, pp, dp = need_int("tp", tp, 1), need_int("pp", pp, 1), need_int("dp", dp, 1)
-    mem = gpu.hbm_bytes / MIB
+    mem = gpu.smi_memory_mib or gpu.hbm_bytes / MIB
     if mem < 20 * 1024:
         chunk, bs = 2048, 8
     elif mem < 35 * 1024:

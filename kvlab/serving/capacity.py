@@ -321,10 +321,28 @@ def plan(model, gpu: str | Gpu, context_tokens: int, prefix_hit_rate: float = 0.
                              "0 bytes of its own (its whole context is a shared-prefix hit), so KV memory puts no "
                              "bound on sessions; use a prefix_hit_rate below 1")
     if cap.usable_kv_bytes <= 0:
-        raise ParameterError(f"{cap.model} on {g.name}: no memory left for KV ({cap.weight_share / 1e9:.1f} GB of "
-                             f"weights per GPU over {n} GPU(s) + {act:g} GB activations > "
-                             f"{g.hbm_gb:g} GB x {budget.fraction:g} ({budget.engine}'s rule)); raise weight_shards")
+        raise ParameterError(f"{cap.model} on {g.name}: no memory left for KV ({cap.weight_share / 1e9:,.1f} GB of "
+                             f"weights per GPU over {n} GPU(s) + {act:g} GB activations > {g.memory_label()} x "
+                             f"{budget.fraction:g} ({budget.engine}'s rule)); spread the weights over more GPUs "
+                             "(weight_shards, --tp) or plan with more memory (--gpu-memory)")
     return cap
+
+
+def need_weights_fit(model, gpu: str | Gpu, shards: int = 1, weights: int | None = None) -> None:
+    """Refuse a deployment whose weight share alone exceeds a GPU's memory (a ParameterError naming both figures
+    and where the memory figure comes from). No estimate of the weights (and none given): nothing to check."""
+    g = get_gpu(gpu)
+    shards = need_int("shards", shards, 1)
+    if weights is None:
+        try:
+            weights = weight_bytes(model).nbytes
+        except ParameterError:
+            return
+    share = cdiv(need_int("weights", weights, 0), shards)
+    if share > g.hbm_bytes:
+        raise ParameterError(f"{load_model(model).name}: its weights take {share / 1e9:,.1f} GB per GPU over {shards} "
+                             f"GPU(s), more than {g.name}'s {g.memory_label()}: spread them over more GPUs (--tp) or "
+                             "plan with more memory (--gpu-memory)")
 
 
 def _num(x):

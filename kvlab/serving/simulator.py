@@ -6,7 +6,10 @@ previous turn finished, so slow service delays the session. Each replica runs `k
 (vLLM V1's scheduling rules) with a KV pool sized by kvlab's capacity rules for the engine and deployment
 (`kvlab.serving.capacity.plan`: weights, activations, paging) and a prefix cache over HBM / DRAM / SSD
 (`kvlab.serving.prefixcache.TierCache`); each step lasts what the StepModel says plus the time to bring its
-DRAM / SSD prefix hits into HBM. Simplifications: a request's prompt blocks enter the cache when it is admitted
+DRAM / SSD prefix hits into HBM. A request with no prompt or no output token is refused, as vLLM refuses it
+(vllm/v1/engine/input_processor.py _validate_prompt_len: "The decoder prompt cannot be empty"; sampling_params.py:
+max_tokens must be at least 1). The step model's description (`kvlab.serving.stepmodel.describe`) travels with
+every result. Simplifications: a request's prompt blocks enter the cache when it is admitted
 (not as its chunks complete), and the prefix cache's HBM capacity is its own budget beside the pool.
 """
 from __future__ import annotations
@@ -23,7 +26,7 @@ from ..sim.traces import Trace, access_tokens
 from .prefixcache import TierCache
 from .replica import Replica
 from .router import ROUTERS, route
-from .stepmodel import AffineStepModel, StepModel
+from .stepmodel import AffineStepModel, StepModel, Target, check_target, describe
 
 TIERS = ("hbm", "dram", "ssd")
 
@@ -47,6 +50,7 @@ class ServeConfig:
     gpus_per_replica: int = 1  # GPUs of one replica (TP x PP), for GPU-seconds
     closed_loop: bool | None = None  # sessions wait for their previous turn; None: when the trace has sessions
     layout_note: str = ""  # how the KV pool was counted, when not by the engine's own layout (deployment_config)
+    target: Target | None = None  # the deployment deployment_config sized (None: a bare configuration)
 
     def __post_init__(self):
         need_int("replicas", self.replicas, 1)
@@ -131,6 +135,7 @@ class ServeResult:
     preemptions: int  # preemptions by recompute
     mean_in_system: float  # time-average requests in the system, integrated by the event loop
     slo: dict = field(default_factory=dict)  # ttft_s / tpot_s limits used for goodput
+    step_time: dict = field(default_factory=dict)  # where the step times come from (stepmodel.describe)
 
     @property
     def completed(self) -> np.ndarray:
@@ -161,7 +166,7 @@ class ServeResult:
                  mean_in_system=self.mean_in_system, steps=self.steps, preemptions=self.preemptions,
                  gpu_seconds=span * len(self.busy_s) * self.config.gpus_per_replica,
                  busy_gpu_seconds=float(self.busy_s.sum()) * self.config.gpus_per_replica,
-                 moved_bytes=dict(self.moved_bytes))
+                 moved_bytes=dict(self.moved_bytes), step_time=dict(self.step_time))
         for i, t in enumerate(TIERS):
             d[f"{t}_hit_blocks"] = int(self.hit_blocks[i])
             d[f"{t}_hit_tokens"] = int(self.hit_tokens[i])
@@ -189,7 +194,9 @@ FAST_FORWARD_STEPS = 4096  # most decode steps one fast-forward prices at once
 
 def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model: StepModel | None = None,
                      slo: dict | None = None, fast_forward: bool = True) -> ServeResult:
-    """Run `trace` through `config.replicas` replicas; `step_model` times each step (default AffineStepModel());
+    """Run `trace` through `config.replicas` replicas; `step_model` times each step (None: for a deployment_config,
+    kvlab.serving.steptime.step_time(..., "auto") of its deployment; a bare ServeConfig needs one given). A step
+    model that prices one deployment (`target`: the affine fit, a step-time source) is refused for another.
     `slo` = dict(ttft_s=, tpot_s=) for goodput. Deterministic: no randomness beyond the trace's own.
 
     `fast_forward`: a replica whose batch only decodes, with nothing able to join it, applies its steps up to the
@@ -198,9 +205,11 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
     the two equal), at a fraction of its cost on lightly loaded replicas."""
     need_type("trace", trace, Trace, "a kvlab.sim.traces.Trace")
     cfg = ServeConfig() if config is None else need_type("config", config, ServeConfig, "a ServeConfig")
-    model = AffineStepModel() if step_model is None else step_model
+    model = step_model if step_model is not None else default_step_model(cfg)
     if not callable(getattr(model, "step_s", None)):
         raise ParameterError(f"step_model must provide step_s(prefill, decode), got {type(model).__name__}")
+    check_target(model, cfg.target)
+    check_requests(trace)
     slo = dict(slo or {})
     for k in slo:
         if k not in ("ttft_s", "tpot_s"):
@@ -342,7 +351,38 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
     return ServeResult(cfg, a.arrival, queue, ttft, tpot, e2e, a.rejected.copy(),
                        np.where(ok, outn, 0), inp, hit_blocks, hit_tokens, moved, span,
                        np.array([r.busy_s for r in reps]), steps, int(sum(r.preemptions for r in reps)),
-                       float(area / span) if span > 0 else 0.0, slo)
+                       float(area / span) if span > 0 else 0.0, slo, describe(model))
+
+
+def default_step_model(cfg: ServeConfig):
+    """The step model a deployment_config runs on when none is given: step_time(..., "auto") of its deployment
+    (aiconfigurator where it covers it, else the roofline). A bare ServeConfig names no deployment to price."""
+    if cfg.target is None:
+        raise ParameterError("give a step_model: a bare ServeConfig names no model or GPU to price steps for "
+                             "(deployment_config(...) does; or AffineStepModel(...), kvlab.serving.steptime.step_time)")
+    from .steptime import step_time
+    t = cfg.target
+    if t.engine is None or t.pp > 1:
+        raise ParameterError(f"no step-time source prices {t.label()}: give a step_model")
+    return step_time(t.model, t.gpu, t.engine, t.tp, t.kv_format)
+
+
+def check_requests(trace: Trace) -> None:
+    """Refuse a trace with a request of no prompt or no output token (vLLM refuses both), naming the first such
+    request and how many there are; `empty_requests` finds them."""
+    bad = empty_requests(trace)
+    if len(bad):
+        r = int(bad[0])
+        more = len(bad) - 1
+        raise ParameterError(
+            f"trace {trace.name}: request {r + 1:,} (of {len(trace):,}) has {int(trace.input_tokens[r]):,} input and "
+            f"{int(trace.output_tokens[r]):,} output tokens" + (f" ({more:,} more like it)" if more else "")
+            + ": an engine serves no empty prompt and generates at least one token (vLLM refuses both)")
+
+
+def empty_requests(trace: Trace) -> np.ndarray:
+    """[K] indices of the requests with no input or no output token, in order."""
+    return np.flatnonzero((np.asarray(trace.input_tokens) < 1) | (np.asarray(trace.output_tokens) < 1))
 
 
 def replica_capacity(model, gpu, par, engine: str | None, kv_format=None, utilization: float = 0.9,
@@ -376,6 +416,7 @@ def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", 
     from .parallel import Parallelism
     from ..sim.tiering import make_tiers
     par = Parallelism(tp=need_int("tp", tp, 1), pp=need_int("pp", pp, 1))
+    target = Target.of(model, gpu, engine, tp, pp, kv_format)
     cap, engine, note = replica_capacity(model, gpu, par, engine, kv_format, utilization, activation_gb)
     per_token = float(cap.session.bytes_per_token)
     pool = int(cap.usable_kv_bytes // per_token) if per_token > 0 else 1
@@ -390,4 +431,4 @@ def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", 
     return ServeConfig(replicas=need_int("replicas", replicas, 1), pool_tokens=pool, page_tokens=page,
                        cache_blocks=tiers.capacity_blocks if trace.has_prefixes else None,
                        block_bytes=tiers.block_bytes, read_bytes_per_s=tiers.read_bytes_per_s, ttl_s=ttl_s,
-                       gpus_per_replica=par.gpus, layout_note=note, **scheduler)
+                       gpus_per_replica=par.gpus, layout_note=note, target=target, **scheduler)

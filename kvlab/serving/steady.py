@@ -13,19 +13,16 @@ the prefix tokens it hit on average, so what remains between the two answers is 
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
-import logging
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from ..checks import need_number
 from ..models import load_model
-from .steptime.aiconfigurator import MODEL_IDS, SYSTEMS
+from .steptime.aiconfigurator import MODEL_IDS, PINNED, SYSTEMS, quiet
 
-VERSION = "0.12.0"  # the aiconfigurator release whose cli_recommend this calls (the `serving` extra pins it)
+VERSION = PINNED  # the aiconfigurator release whose cli_recommend this calls (the `serving` extra pins it)
 
 
 def available() -> bool:
@@ -82,19 +79,11 @@ def recommend(model, gpu: str, engine: str, slo: dict, rate_per_s: float, isl: f
         reason = "aiconfigurator's recommend needs both a TTFT and a TPOT limit"
     if reason:
         return SteadyAnswer(**empty, **base, why_not=reason)
-    from aiconfigurator.cli import cli_recommend
-    quiet = [logging.getLogger(n) for n in ("aiconfigurator", "aiconfigurator_core")]
-    levels = [g.level for g in quiet]
-    for g in quiet:
-        g.setLevel(logging.ERROR)  # its table loader reports every cross-backend fill it uses
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            r = cli_recommend(model_path=MODEL_IDS[load_model(model).name], system=SYSTEMS[str(gpu).upper()],
-                              backend=engine, target_request_rate=float(rate_per_s), isl=isl_i, osl=osl_i,
-                              prefix=prefix_i, ttft=ttft * 1e3, tpot=tpot * 1e3, top_n=1)
-    finally:
-        for g, lv in zip(quiet, levels):
-            g.setLevel(lv)
+    with quiet():  # its loaders' logs, its stdout and its deprecation notices (sweep_agg -> aisimulate) kept away
+        from aiconfigurator.cli import cli_recommend
+        r = cli_recommend(model_path=MODEL_IDS[load_model(model).name], system=SYSTEMS[str(gpu).upper()],
+                          backend=engine, target_request_rate=float(rate_per_s), isl=isl_i, osl=osl_i,
+                          prefix=prefix_i, ttft=ttft * 1e3, tpot=tpot * 1e3, top_n=1)
     agg = (r.best_latencies or {}).get("agg") or {}
     dis = (r.best_latencies or {}).get("disagg") or {}
     rows = (r.best_configs or {}).get("agg")

@@ -62,6 +62,20 @@ def synthetic_at(load: float, sessions: int, seed: int = 0, **workload) -> Trace
                       session_rate_per_s=rate * load, **workload)
 
 
+def trace_at(name, load: float = 1.0, *, limit: int | None = None, seed: int = 0, **workload) -> Trace:
+    """A trace by name at `load` x its offered load, built as notebook 09 builds it and `kvlab plan --load` does: the
+    synthetic workload grows by users (synthetic_at; `workload` its knobs: sessions, human_pause_median_s, ...), a
+    recorded trace is replayed faster (scaled). `limit` keeps the first requests."""
+    load = need_number("load", load, 0.0, lo_open=True)
+    if str(name) == "synthetic":
+        from ..sim.traces import AgentWorkload
+        tr = synthetic_at(load, workload.pop("sessions", AgentWorkload.sessions), seed, **workload)
+        return tr if limit is None else tr.head(need_int("limit", limit, 1))
+    if workload:
+        raise ParameterError(f"{sorted(workload)[0]} applies to the synthetic workload only, not to trace {name}")
+    return scaled(load_trace(name, limit=limit), load)
+
+
 class Study:
     """One trace, GPU, engine and step-time source; simulator runs per deployment, replica count, load and tiers,
     each run once (kept by its arguments). Offered load: a trace with sessions from the synthetic workload
@@ -122,8 +136,10 @@ class Study:
     def fewest(self, d: Deployment, slo: dict, load: float = 1.0, dram_gb: float = 0.0,
                max_replicas: int = 256) -> Plan:
         """The fewest replicas of `d` meeting `slo` at `load` (kvlab.serving.plan's search over this study's runs)."""
-        return fewest_replicas(lambda r: self.run(d, r, load, dram_gb, slo).summary(), slo, d.tp,
-                               max_replicas=max_replicas)
+        p = fewest_replicas(lambda r: self.run(d, r, load, dram_gb, slo).summary(), slo, d.tp,
+                            max_replicas=max_replicas)
+        p.tp = d.tp
+        return p
 
     def assumptions(self, deployments) -> list[str]:
         """What every figure of the study rests on, one line each (printed by the notebook)."""
@@ -146,4 +162,4 @@ class Study:
         return out
 
 
-__all__ = ["Deployment", "Study", "scaled", "synthetic_at"]
+__all__ = ["Deployment", "Study", "scaled", "synthetic_at", "trace_at"]

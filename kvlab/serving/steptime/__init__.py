@@ -5,9 +5,13 @@ Two sources behind one contract (`StepTimeSource.step_ms(step)`), registered in 
   aiconfigurator  NVIDIA aiconfigurator's measured-data engine model (optional extra; .aiconfigurator)
   roofline        kvlab's own counts against the hardware table, an estimate (.roofline)
 `step_time(model, gpu, engine, tp, kv_format)` picks aiconfigurator where it covers the combination and the
-roofline otherwise; the returned source's `name` (and every StepTime's `source`) says which.
+roofline otherwise; the returned source's `name` (and every StepTime's `source`) says which, and `describe()` what
+its figures rest on. Without aiconfigurator installed (a plain `pip install kvlab`, no `serving` extra) auto says
+so once per process, in one line on stderr.
 """
 from __future__ import annotations
+
+import sys
 
 from ...checks import need_choice, need_int
 from ...engines import ENGINES
@@ -20,6 +24,18 @@ from .roofline import Roofline
 
 SOURCES = {"aiconfigurator": Aiconfigurator, "roofline": Roofline}  # name -> StepTimeSource class (the choices)
 CHOICES = ("auto",) + tuple(SOURCES)
+
+NOT_INSTALLED = ("kvlab: aiconfigurator-core is not installed (pip install 'kvlab[serving]'): step times fall back to "
+                 "kvlab's roofline, an estimate")
+_told: set = set()  # notices already printed in this process
+
+
+def tell_once(line: str) -> None:
+    """Print one line on stderr, once per process."""
+    if line not in _told:
+        _told.add(line)
+        print(line, file=sys.stderr)
+
 
 __all__ = ["Chunk", "Step", "StepTime", "StepTimeSource", "SOURCES", "step_time", "parse_prefill", "parse_decode"]
 
@@ -35,6 +51,8 @@ def step_time(model, gpu: str, engine: str, tp: int = 1, kv_format: str | None =
     name = g.name.upper()
     why = None
     if source == "auto":
+        if not aiconfigurator.available():
+            tell_once(NOT_INSTALLED)
         why = aiconfigurator.why_not(model, name, engine, tp, kv_format)
         if why is None:
             try:

@@ -13,13 +13,21 @@ kvcache_quant_mode=...)` per combination; a step maps onto its queries (sdk/engi
                  decode context at the mean decode context (at least isl + 1)
 Chunks or decode contexts that differ within a step are priced at their mean (aiconfigurator takes one length).
 Coverage: systems/support_matrix/<system>.csv rows with Mode agg and Status PASS at the backend's default version.
+Every call into aiconfigurator runs inside `quiet()`: its table loader logs each cross-backend fill it uses, and
+aiconfigurator 0.12.0 warns (DeprecationWarning) that its CLI and sweep functions move to the `aisimulate` package
+in 0.13.0; kvlab pins 0.12.0 (pyproject's `serving` extra), so those notices are caught and kept in NOTICES, never
+printed at the user.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
+import importlib.metadata
 import importlib.util
+import io
 import logging
+import warnings
 from pathlib import Path
 
 from ...errors import ParameterError
@@ -44,9 +52,42 @@ KV_MODES = {None: None, "bf16": "bfloat16", "fp8_e4m3": "fp8", "int8": "int8"}
 EXTRA_KWARGS = {"deepseek-ai/DeepSeek-V3": dict(fmha_quant_mode="bfloat16")}  # the SDK needs it (serving.md)
 
 
+PINNED = "0.12.0"  # the aiconfigurator(-core) release kvlab's figures and calls are checked against (pyproject)
+NOTICES: list[str] = []  # warnings aiconfigurator raised inside quiet() (its deprecation notices), first of each
+
+
 def available() -> bool:
     """True when aiconfigurator-core is importable."""
     return importlib.util.find_spec("aiconfigurator_core") is not None
+
+
+def version() -> str | None:
+    """The installed aiconfigurator-core's version (None: not installed)."""
+    try:
+        return importlib.metadata.version("aiconfigurator-core")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@contextlib.contextmanager
+def quiet():
+    """Run aiconfigurator without its chatter reaching the user: its loggers at ERROR, its stdout swallowed and
+    its warnings (DeprecationWarning: the CLI moving to `aisimulate`; pandas' FutureWarnings) caught into NOTICES."""
+    logs = [logging.getLogger(n) for n in ("aiconfigurator", "aiconfigurator_core")]
+    levels = [g.level for g in logs]
+    for g in logs:
+        g.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("always")
+            yield
+    finally:
+        for g, lv in zip(logs, levels):
+            g.setLevel(lv)
+    for w in caught:
+        text = f"{w.category.__name__}: {str(w.message).splitlines()[0]}"
+        if text not in NOTICES:
+            NOTICES.append(text)
 
 
 def _root() -> Path:
@@ -101,13 +142,8 @@ def _handle(model_id: str, system: str, engine: str, tp: int, kv_mode: str | Non
         kw["moe_tp_size"] = tp
     if kv_mode is not None:
         kw["kvcache_quant_mode"] = kv_mode
-    log = logging.getLogger("aiconfigurator_core")  # its table loader warns about every cross-backend fill it uses
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
+    with quiet():  # its table loader warns about every cross-backend fill it uses
         return EngineHandle.compile(model_id, system, engine, tp_size=tp, **kw)
-    finally:
-        log.setLevel(level)
 
 
 class Aiconfigurator(StepTimeSource):
@@ -120,6 +156,8 @@ class Aiconfigurator(StepTimeSource):
         reason = why_not(model, gpu, engine, tp, kv_format)
         if reason:
             raise ParameterError(f"step-time source aiconfigurator: {reason}")
+        from ..stepmodel import Target
+        self.target = Target.of(model, gpu, engine, tp, 1, kv_format)  # the deployment it prices
         self.model_id = MODEL_IDS[load_model(model).name]  # aiconfigurator's model id
         self.system = SYSTEMS[gpu.upper()]  # aiconfigurator's system name
         self.engine, self.tp, self.kv_mode = engine, tp, KV_MODES[kv_format]
@@ -127,7 +165,8 @@ class Aiconfigurator(StepTimeSource):
         moe = moe_shape(load_model(model))[0] > 0
         try:
             self.handle = _handle(self.model_id, self.system, engine, tp, self.kv_mode, moe)
-        except (ValueError, RuntimeError, KeyError, TypeError, NotImplementedError, AssertionError) as e:
+        except (ValueError, RuntimeError, KeyError, TypeError, NotImplementedError, AssertionError,
+                OverflowError) as e:
             raise ParameterError(f"aiconfigurator cannot compile {self.model_id} on {self.system} {engine} TP {tp}: "
                                  f"{str(e).splitlines()[0][:200]}") from None
         self._priced: dict = {}  # (query, its arguments) -> ms: the serving loop asks the same steps again and again
@@ -148,8 +187,9 @@ class Aiconfigurator(StepTimeSource):
         ms = self._priced.get(key)
         if ms is None:
             try:
-                ms = float(getattr(self.handle, query)(*args))
-            except (ValueError, RuntimeError, KeyError, TypeError, AssertionError) as e:
+                with quiet():
+                    ms = float(getattr(self.handle, query)(*args))
+            except (ValueError, RuntimeError, KeyError, TypeError, AssertionError, OverflowError) as e:
                 raise ParameterError(f"aiconfigurator cannot price {what()} ({self._where()}): "
                                      f"{str(e).splitlines()[0][:200]}") from None
             self._priced[key] = ms
@@ -157,6 +197,11 @@ class Aiconfigurator(StepTimeSource):
 
     def _where(self) -> str:
         return f"{self.model_id} on {self.system}, {self.engine}, TP {self.tp}, KV {self.kv_mode or 'model dtype'}"
+
+    def basis(self) -> str:
+        backend = _default_version(self.system, self.engine)
+        return (f"NVIDIA aiconfigurator-core {version()}'s engine model over measured kernel data for {self.model_id} "
+                f"on {self.system}, {self.engine} {backend}, TP {self.tp}, KV {self.kv_mode or 'model dtype'}")
 
     @staticmethod
     def _means(chunks, decode) -> tuple[int, int, int, int, int]:

@@ -9,8 +9,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ...checks import need_int
+from ...checks import _short, need_int
 from ...errors import ParameterError
+from ...sim.traces import MAX_TOKENS
+
+MAX_CONTEXT = MAX_TOKENS  # most tokens one request may hold (kvlab.sim.traces' bound on a request's length)
+MAX_BATCH = 2**20  # most prefill chunks or decode requests in one step: no engine batches a million
 
 
 @dataclass(frozen=True)
@@ -21,8 +25,8 @@ class Chunk:
     cached: int = 0  # tokens of the same request already in the KV cache (earlier chunks, prefix hits)
 
     def __post_init__(self):
-        need_int("prefill chunk tokens", self.tokens, 1)
-        need_int("prefill chunk cached tokens", self.cached, 0)
+        need_int("prefill chunk tokens", self.tokens, 1, MAX_CONTEXT)
+        need_int("prefill chunk cached tokens", self.cached, 0, MAX_CONTEXT - self.tokens)
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,10 @@ class Step:
 
     def __post_init__(self):
         object.__setattr__(self, "prefill", tuple(self.prefill))
-        object.__setattr__(self, "decode", tuple(need_int("decode context", c, 1) for c in self.decode))
+        object.__setattr__(self, "decode", tuple(need_int("decode context", c, 1, MAX_CONTEXT) for c in self.decode))
+        if len(self.prefill) > MAX_BATCH or len(self.decode) > MAX_BATCH:
+            raise ParameterError(f"a step batches at most {MAX_BATCH:,} prefill chunks and {MAX_BATCH:,} decodes, got "
+                                 f"{len(self.prefill):,} and {len(self.decode):,}")
         for c in self.prefill:
             if not isinstance(c, Chunk):
                 raise ParameterError(f"a step's prefill holds Chunk(tokens, cached) items, got {c!r}")
@@ -44,12 +51,13 @@ class Step:
     @classmethod
     def prefill_of(cls, tokens: int, batch: int = 1, cached: int = 0) -> "Step":
         """`batch` equal chunks of `tokens` new tokens over `cached` cached ones."""
-        return cls(prefill=(Chunk(tokens, cached),) * need_int("prefill batch", batch, 1))
+        return cls(prefill=(Chunk(tokens, cached),) * need_int("prefill batch", batch, 1, MAX_BATCH))
 
     @classmethod
     def decode_of(cls, batch: int, context: int) -> "Step":
         """`batch` decode requests, each with `context` tokens cached."""
-        return cls(decode=(need_int("decode context", context, 1),) * need_int("decode batch", batch, 1))
+        return cls(decode=(need_int("decode context", context, 1, MAX_CONTEXT),)
+                   * need_int("decode batch", batch, 1, MAX_BATCH))
 
     @property
     def tokens(self) -> int:
@@ -80,11 +88,24 @@ class StepTime:
 
 
 class StepTimeSource:
-    """Prices steps for one (model, GPU, engine, parallelism, KV format). Subclasses set `name` and implement
-    `time`; `step_ms` is its `ms`."""
+    """Prices steps for one (model, GPU, engine, parallelism, KV format): its `target`. Subclasses set `name`,
+    implement `time` and `basis`; `step_ms` is its `ms`."""
 
     name = ""  # registry key
     estimate = True  # whether its figures are estimates
+    target = None  # the deployment it prices (kvlab.serving.stepmodel.Target), set by the subclass
+    why_not_aiconfigurator = None  # set by step_time(source="auto") on a fallback: why aiconfigurator was not used
+
+    def basis(self) -> str:
+        """What its figures were measured or fitted on, or how they are estimated, in one clause."""
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        """source, basis, estimate (and why not aiconfigurator, on auto's fallback): what every output prints."""
+        d = dict(source=self.name, basis=self.basis(), estimate=self.estimate)
+        if self.why_not_aiconfigurator:
+            d["why_not_aiconfigurator"] = self.why_not_aiconfigurator
+        return d
 
     def time(self, step: Step) -> StepTime:
         raise NotImplementedError
@@ -99,24 +120,28 @@ class StepTimeSource:
 
 
 # --- CLI / string forms --------------------------------------------------------------------------------------------
-_PREFILL = re.compile(r"^(\d+)(?:x(\d+))?(?:@(\d+))?$")
-_DECODE = re.compile(r"^(\d+)x(\d+)$")
+_N = r"(\d{1,19})"  # a count of at most 19 digits (bounds apply after; longer text is not a count)
+_PREFILL = re.compile(rf"^{_N}(?:x{_N})?(?:@{_N})?$")
+_DECODE = re.compile(rf"^{_N}x{_N}$")
 
 
 def parse_prefill(text: str) -> tuple[Chunk, ...]:
     """'TOKENS[xBATCH][@CACHED]' (e.g. 4096, 1024x8, 2048@2048) -> chunks."""
     m = _PREFILL.match(str(text).strip().lower())
     if not m:
-        raise ParameterError(f"--prefill {text!r}: expected TOKENS[xBATCH][@CACHED], e.g. 4096, 1024x8 or 2048@2048")
+        raise ParameterError(f"--prefill {_short(text)}: expected TOKENS[xBATCH][@CACHED], e.g. 4096, 1024x8 or "
+                             "2048@2048")
     tokens, batch, cached = int(m[1]), int(m[2] or 1), int(m[3] or 0)
-    if tokens < 1 or batch < 1:
-        raise ParameterError(f"--prefill {text!r}: tokens and batch must be at least 1")
+    if not (1 <= tokens and 1 <= batch <= MAX_BATCH and tokens + cached <= MAX_CONTEXT):
+        raise ParameterError(f"--prefill {_short(text)}: tokens and batch must be at least 1, batch at most "
+                             f"{MAX_BATCH:,} and tokens + cached at most {MAX_CONTEXT:,}")
     return (Chunk(tokens, cached),) * batch
 
 
 def parse_decode(text: str) -> tuple[int, ...]:
     """'BATCHxCONTEXT' (e.g. 32x4096) -> decode contexts."""
     m = _DECODE.match(str(text).strip().lower())
-    if not m or int(m[1]) < 1 or int(m[2]) < 1:
-        raise ParameterError(f"--decode {text!r}: expected BATCHxCONTEXT with both at least 1, e.g. 32x4096")
+    if not m or not (1 <= int(m[1]) <= MAX_BATCH and 1 <= int(m[2]) <= MAX_CONTEXT):
+        raise ParameterError(f"--decode {_short(text)}: expected BATCHxCONTEXT, BATCH in [1, {MAX_BATCH:,}] and "
+                             f"CONTEXT in [1, {MAX_CONTEXT:,}], e.g. 32x4096")
     return (int(m[2]),) * int(m[1])

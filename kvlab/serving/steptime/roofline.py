@@ -47,6 +47,16 @@ CALIBRATION = ("fit set (Qwen3-8B H200 vLLM, 20 steps) mean |error| 3.6%, max 15
                "and per-layer costs not modelled: treat MoE roofline figures as lower bounds)")
 
 
+TABLE_MAX = 1 << 22  # contexts the per-context tables cover at most (32 MB each); longer steps are priced directly
+
+
+class _Lookup(dict):
+    """Per-context figures of one step past TABLE_MAX, indexed like the tables (context 0 priced as 1)."""
+
+    def __getitem__(self, c):
+        return super().__getitem__(max(c, 1))
+
+
 def _c(cfg: dict, *keys, default=0):
     for k in keys:
         v = cfg.get(k)
@@ -82,6 +92,8 @@ class Roofline(StepTimeSource):
         self.spec = load_model(model)  # the model
         self.gpu = get_gpu(gpu)  # the accelerator (hardware table)
         self.engine, self.tp, self.kv_format = engine, tp, kv_format
+        from ..stepmodel import Target
+        self.target = Target.of(self.spec, self.gpu, engine, tp, 1, kv_format)  # the deployment it prices
         self.memory_efficiency = need_number("memory_efficiency", memory_efficiency, 0.0, 1.0, lo_open=True)
         self.compute_efficiency = need_number("compute_efficiency", compute_efficiency, 0.0, 1.0, lo_open=True)
         self.overhead_ms = need_number("overhead_ms", overhead_ms, 0.0, 1e6)
@@ -97,12 +109,19 @@ class Roofline(StepTimeSource):
         quant = self.spec.config.get("quantization_config") or {}
         self.dtype = "fp8" if isinstance(quant, dict) and quant.get("quant_method") == "fp8" else "bf16"
         self.peak = self.gpu.flops_per_s(self.dtype)  # FLOP/s
-        self.why_not_aiconfigurator = None  # set by step_time(source="auto"): why aiconfigurator was not used
         # DeepSeek V4 / V4.1: kvlab.attention.flops' counts of compressed entries, windows and the indexer
         self.v4 = DecodeCounter(self.spec) if self.spec.compress_ratios else None
         self._windows = None  # other layouts: attention layers per window, on first use (_keys_flops)
         self._kv_at: list[int] = []  # [C] KV bytes of one request at context c (index c >= 1), grown on demand
         self._flops_at: list[float] = []  # [C] attention FLOPs of one decode token at context c (same elementwise ops)
+
+    def basis(self) -> str:
+        return (f"kvlab's weight, KV and FLOP counts for {self.spec.name} on {self.gpu.name} ({self.engine}, TP "
+                f"{self.tp}, KV {self.kv_format or 'own format'}) at {self.memory_efficiency:g} of "
+                f"{self.gpu.hbm_tb_s:g} TB/s and {self.compute_efficiency:g} of {self.peak / 1e12:g} {self.dtype} "
+                f"TFLOPS + {self.overhead_ms:g} ms a step, constants fitted to aiconfigurator 0.12.0's Qwen3-8B / "
+                "H200 / vLLM figures" + ("; TP communication not modelled (13-32% low at TP 4)" if self.tp > 1 else "")
+                + ("; MoE: a lower bound" if self.experts else ""))
 
     # --- counts -------------------------------------------------------------------------------------------------
     def weight_read_bytes(self, tokens: int) -> float:
@@ -158,13 +177,21 @@ class Roofline(StepTimeSource):
         # fsum: the same total on every CPU (a BLAS dot is not)
         return (2 * self.active_params() * tokens + math.fsum(per)) / self.tp
 
-    def _tables(self, decode: list, chunks: list) -> tuple[list, list]:
+    def _tables(self, decode: list, chunks: list):
         """Per-context KV bytes and decode-token attention FLOPs, [C] each (index c: context c; 0 priced as 1),
         covering every context of the step: a step's figures are sums of their entries, so the serving loop's
-        ~10^5 steps a run look contexts up instead of pricing each anew. Grown by doubling."""
+        ~10^5 steps a run look contexts up instead of pricing each anew. Grown by doubling up to TABLE_MAX
+        contexts; a step past it (a huge context typed into `kvlab step-time`) gets its own contexts priced in a
+        dict, so no size a user can type allocates more than the step itself."""
         hi = max(decode, default=1)
         for n, c in chunks:
             hi = max(hi, c + n)
+        if hi >= TABLE_MAX:
+            ctx = np.array(sorted({max(c, 1) for c in decode} | {max(c, 1) for _, c in chunks}
+                                  | {max(c + n // 2, 1) for n, c in chunks}), dtype=np.int64)  # [U] distinct
+            kv = self.alloc.layout.totals(ctx).tolist()
+            fl = (self.v4.context_flops(ctx) if self.v4 is not None else self._keys_flops((ctx + 1).astype(float)))
+            return _Lookup(zip(ctx.tolist(), kv)), _Lookup(zip(ctx.tolist(), fl.tolist()))
         if hi >= len(self._kv_at):
             t = np.maximum(np.arange(max(hi + 1, 2 * len(self._kv_at), 4096), dtype=np.int64), 1)  # [C]
             self._kv_at = self.alloc.layout.totals(t).tolist()
