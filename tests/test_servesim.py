@@ -315,12 +315,14 @@ def test_affine_fit_prices_only_its_own_deployment():
     (["--step-time", "affine", "--overhead-ms", "5"], ["all four", "--prefill-token-us"]),
     (["--load", "0"], ["--load"]), (["--load", "-2"], ["--load"]), (["--load", "nan"], ["--load"]),
     (["--load", "inf"], ["--load"]), (["--sessions", "0"], ["--sessions"]),
-    (["--human-pause-s", "-1"], ["--human-pause-s"]),
+    (["--human-pause-s", "-1"], ["--human-pause-s"]), (["--sessions", "1000000"], ["--sessions", "at most 100,000"]),
+    (["--load", "1000"], ["200,000 sessions", "at most 100,000"]),
     (["--gpu", "H20"], ["did you mean H200"]), (["--gpu-memory", "-1"], ["--gpu-memory"]),
 ])
 @pytest.mark.parametrize("command", ["serve-sim", "plan"])
 def test_new_flags_refuse_nonsense(capsys, command, extra, words):
-    args = [command, "synthetic", "--model", "qwen3-8b", "--gpu", "H200", "--limit", "20"]
+    args = [command, "synthetic", "--model", "qwen3-8b", "--gpu", "H200"] + ([] if "--load" in extra else
+                                                                             ["--limit", "20"])
     args += ["--slo", "ttft_p99=2"] if command == "plan" else []
     over = dict(zip(extra[::2], extra[1::2]))
     if "--gpu" in over:
@@ -375,3 +377,14 @@ def test_text_output_names_step_times_and_memory(capsys):
     assert rc == 0
     assert "  step times: roofline (an estimate: kvlab's weight, KV and FLOP counts for qwen3-8b on MI300X" in out
     assert "; not aiconfigurator: " in out and "  MI300X: 192 GB from the datasheet" in out
+
+
+def test_pipeline_stages_are_not_priced_silently(capsys):
+    """No step-time source models pipeline stages: a PP 2 deployment is refused unless its coefficients are given."""
+    rc, _, err = run_cli(capsys, "serve-sim", "synthetic", "--model", "qwen3-8b", "--gpu", "H200", "--pp", "2",
+                         "--limit", "20", "--step-time", "roofline")
+    assert rc == 2 and "price one pipeline stage (PP 1)" in err and len(err.strip().splitlines()) == 1
+    d = _json(capsys, "serve-sim", "synthetic", "--model", "qwen3-8b", "--gpu", "H200", "--pp", "2", "--limit", "20",
+              "--step-time", "affine", "--overhead-ms", "5", "--prefill-token-us", "20", "--decode-request-us", "100",
+              "--context-token-ns", "20", "--json")
+    assert d["completed"] == 20 and d["step_time"]["source"] == "affine"

@@ -232,6 +232,7 @@ def cmd_plan(args) -> int:
 
 
 def _deployment_args(m, ENGINES, ROUTERS) -> None:
+    from ..serving.study import MAX_SESSIONS
     m.add_argument("trace", help="'synthetic', a path, or a public trace by name (kvlab traces list)")
     m.add_argument("--model", required=True)
     add_gpu(m)
@@ -242,7 +243,7 @@ def _deployment_args(m, ENGINES, ROUTERS) -> None:
     m.add_argument("--load", type=_number("--load", 0, 1e6, lo_open=True), default=1.0,
                    help="offered load, x the trace's (default 1): the synthetic workload grows by users (x the "
                         "sessions, arriving x as fast), a recorded trace is replayed x faster (as notebook 09)")
-    m.add_argument("--sessions", type=_count("--sessions", 1, 1 << 24), default=None,
+    m.add_argument("--sessions", type=_count("--sessions", 1, MAX_SESSIONS), default=None,
                    help="synthetic workload: sessions at load 1 (default 200)")
     m.add_argument("--human-pause-s", type=_number("--human-pause-s", 0, 1e9, lo_open=True), default=None,
                    help="synthetic workload: median pause for a human reply, seconds (default 60)")

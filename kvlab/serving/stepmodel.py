@@ -149,4 +149,8 @@ def check_target(model, target: Target | None) -> None:
             "deployment: give its four coefficients (AffineStepModel(overhead_s, prefill_token_s, decode_request_s, "
             "context_token_s); --overhead-ms, --prefill-token-us, --decode-request-us, --context-token-ns) or use "
             "the step-time sources (kvlab.serving.steptime.step_time; --step-time auto)")
+    from dataclasses import replace
+    if replace(own, pp=target.pp) == target:
+        raise ParameterError(f"kvlab's step-time sources price one pipeline stage (PP 1); {target.label()} has "
+                             f"{target.pp} stages: give its affine coefficients (--step-time affine --overhead-ms ...)")
     raise ParameterError(f"step times priced for {own.label()} cannot time {target.label()}")

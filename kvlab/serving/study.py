@@ -52,14 +52,21 @@ def scaled(trace: Trace, load: float) -> Trace:
     return trace if load == 1 else replace(trace, timestamps=trace.timestamps / load)
 
 
+MAX_SESSIONS = 100_000  # most synthetic sessions generated (about 10 requests each): bounds what --load can ask for
+
+
 def synthetic_at(load: float, sessions: int, seed: int = 0, **workload) -> Trace:
     """The synthetic agent workload at `load` times its users: `load` x the sessions, arriving `load` x as fast
     (the same hour of traffic from more users, each session's turns still waiting for the last: closed loop)."""
     from ..sim.traces import AgentWorkload
     load = need_number("load", load, 0.0, lo_open=True)
+    n = max(1, round(need_int("sessions", sessions, 1) * load))
+    if n > MAX_SESSIONS:
+        raise ParameterError(f"the synthetic workload at load {load:g} x {sessions:,} sessions is {n:,} sessions; at "
+                             f"most {MAX_SESSIONS:,} are generated (about ten requests each): lower the load or the "
+                             "sessions")
     rate = workload.pop("session_rate_per_s", AgentWorkload.session_rate_per_s)
-    return load_trace("synthetic", seed=seed, sessions=max(1, round(sessions * load)),
-                      session_rate_per_s=rate * load, **workload)
+    return load_trace("synthetic", seed=seed, sessions=n, session_rate_per_s=rate * load, **workload)
 
 
 def trace_at(name, load: float = 1.0, *, limit: int | None = None, seed: int = 0, **workload) -> Trace:
