@@ -72,10 +72,11 @@ def _trace(args):
 def _record_line(name, index: int) -> str:
     """'path: line N' of the index-th record of a trace file (blank lines skipped, a CSV's header on line 1, as
     kvlab.sim.traces reads them); 'trace NAME, request N' when it is not a file."""
+    from ..errors import KvlabError
     from ..sim.traces import trace_path
     try:
         path = trace_path(name)
-    except Exception:  # noqa: BLE001 - synthetic, or a name the loader already resolved another way
+    except KvlabError:  # not a file (the synthetic workload)
         return f"trace {name}, record {index + 1:,}"
     seen = -1
     with open(path, "rb") as f:

@@ -27,6 +27,9 @@ def _deployment(args, cap, explicit: bool) -> tuple[str, str]:
     alloc = "exact storage" if cap.engine == "exact" else f"{cap.engine}'s paging"
     gpus = par.label() if cap.gpus == 1 else f"{par.label()} = {cap.gpus} GPUs"
     dep = f"deployment: {gpus} ({how}); KV counted as {alloc}, {cap.budget.engine}'s memory rule"
+    if args.kv_cache_memory_bytes is not None:
+        return dep, (f"weights: not counted (--kv-cache-memory-bytes gives the KV pool: "
+                     f"{fmt_size(args.kv_cache_memory_bytes)} per GPU)")
     src = "given (--weight-gb)" if args.weight_gb is not None else f"estimate: {weight_bytes(cap.model).note}"
     w = (f"weights: {fmt_size(cap.weight_bytes)}, {fmt_size(cap.weight_share)} per GPU over {cap.weight_shards} "
          f"GPU(s) ({src})")
