@@ -7,6 +7,8 @@ setuptools follows the links when it builds an sdist or a wheel, which therefore
 """
 from __future__ import annotations
 
+import os
+import sys
 from importlib.resources import files
 from pathlib import Path
 
@@ -21,3 +23,18 @@ def package_dir(name: str) -> Path:
         return here
     top = Path(__file__).resolve().parent.parent / name
     return top if top.is_dir() else Path(str(here))
+
+
+def data_dir() -> Path:
+    """Where kvlab keeps data it downloads or builds (traces, converted models): $KVLAB_DATA, else the platform's
+    per-user cache folder + kvlab ($XDG_CACHE_HOME/kvlab or ~/.cache/kvlab on Linux, ~/Library/Caches/kvlab on
+    macOS, %LOCALAPPDATA%\\kvlab\\Cache on Windows)."""
+    env = os.environ.get("KVLAB_DATA")
+    if env:
+        return Path(env).expanduser()
+    home = Path.home()
+    if sys.platform == "darwin":
+        return home / "Library" / "Caches" / "kvlab"
+    if os.name == "nt":
+        return Path(os.environ.get("LOCALAPPDATA", home / "AppData" / "Local")) / "kvlab" / "Cache"
+    return Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache") / "kvlab"

@@ -1,5 +1,6 @@
 """Trace readers on good and malformed input; the synthetic agent workload; the real traces when present."""
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -218,7 +219,7 @@ def test_catalog_urls_pin_commits():
 def test_data_dir_default(monkeypatch, tmp_path):
     monkeypatch.delenv("KVLAB_DATA", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    if catalog.sys.platform.startswith("linux"):
+    if sys.platform.startswith("linux"):
         assert catalog.data_dir() == tmp_path / "kvlab"
 
 

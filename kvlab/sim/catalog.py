@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..checks import need_choice
+from ..resources import data_dir  # where kvlab keeps downloaded data (one rule for traces and models)
 from ..errors import KvlabError
 
 MOONCAKE = "https://raw.githubusercontent.com/kvcache-ai/Mooncake/3cca71daccf2a7afb8fe3f0295358f70e3a69fdb/"
@@ -97,19 +97,6 @@ def get(name: str) -> PublicTrace:
     if t is None:
         need_choice("trace", name, list(CATALOG) + list(ALIASES), error=FetchError)
     return t
-
-
-def data_dir() -> Path:
-    """Where kvlab keeps downloaded data: $KVLAB_DATA, else the platform's per-user cache folder + kvlab."""
-    env = os.environ.get("KVLAB_DATA")
-    if env:
-        return Path(env).expanduser()
-    home = Path.home()
-    if sys.platform == "darwin":
-        return home / "Library" / "Caches" / "kvlab"
-    if os.name == "nt":
-        return Path(os.environ.get("LOCALAPPDATA", home / "AppData" / "Local")) / "kvlab" / "Cache"
-    return Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache") / "kvlab"
 
 
 def local_path(t: PublicTrace) -> Path:
