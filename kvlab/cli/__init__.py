@@ -10,8 +10,8 @@ import sys
 from ..errors import KvlabError
 from .args import ArgError, Parser
 
-COMMANDS = ["core", "run", "sweep", "measure", "serving", "steptime", "servesim", "sim", "analyze", "traces", "train",
-            "eval"]  # modules of this package, in help order
+COMMANDS = ["core", "run", "sweep", "measure", "serving", "steptime", "servesim", "sim", "analyze", "traces",
+            "pretrained", "train", "eval"]  # modules of this package, in help order
 
 
 def build_parser() -> Parser:
