@@ -1,5 +1,5 @@
 """Argument checks shared by every module: one place for "an integer >= k", "a finite number in [lo, hi]",
-"one of these choices" and ceiling division.
+"one of these choices", "a folder kvlab may write into", "an existing file" and ceiling division.
 
 Each check takes the name of the argument and the exception class to raise (a `KvlabError` subclass, so
 the CLI turns it into one line and exit code 2), and its message names the argument, the value and what is
@@ -8,10 +8,14 @@ number here.
 """
 from __future__ import annotations
 
+import errno
 import math
 import numbers
 import operator
+import os
+import tempfile
 from collections.abc import Iterable
+from pathlib import Path
 
 from .errors import KvlabError, ParameterError, WrongTypeError
 
@@ -83,6 +87,59 @@ def need_type(name: str, value, types: type | tuple[type, ...], what: str):
     return value
 
 
-def _short(value, width: int = 60) -> str:
+def short(value, width: int = 60) -> str:
+    """repr(value), cut to `width` characters: a value quoted in an error message stays readable."""
     r = repr(value)
     return r if len(r) <= width else r[: width - 3] + "..."
+
+
+_short = short
+
+
+# --- paths: checked before any work starts, so bad input loses nothing and leaves nothing behind -------------------
+
+def need_path(name: str, value, error: type[KvlabError] = ParameterError):
+    """`value` as a pathlib.Path a file system can take: never empty, no NUL byte, no component too long."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise _type_error(error)(f"{name} must be a path, got {type(value).__name__} {_short(value)}")
+    text = os.fspath(value)
+    if isinstance(text, bytes) or not text.strip():
+        raise error(f"{name} must be a path, got {_short(text)}")
+    if "\0" in text:
+        raise error(f"{name} {_short(text)} holds a NUL byte: not a usable path")
+    p = Path(text).expanduser()
+    try:
+        os.lstat(p)
+    except OSError as e:
+        if e.errno not in (errno.ENOENT, errno.ENOTDIR):
+            raise error(f"{name} {_short(text)}: not a usable path ({e.strerror})") from None
+    return p
+
+
+def need_out_dir(name: str, value, error: type[KvlabError] = ParameterError):
+    """`value` as a folder kvlab may write into: an existing writable folder, or one that can be made (its nearest
+    existing parent a folder that takes a new entry - tried by making and removing a probe). Nothing is left made."""
+    p = need_path(name, value, error)
+    q = p
+    while not os.path.lexists(q) and q != q.parent:
+        q = q.parent
+    if os.path.lexists(q) and not q.is_dir():
+        what = "is" if q == p else f"lies under {str(q)!r}, which is"
+        raise error(f"{name} {str(p)!r} {what} {'a file, ' if q.is_file() else ''}not a folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".kvlab-probe-", dir=q))
+    except OSError as e:
+        raise error(f"{name} {str(p)!r}: cannot write in {str(q)!r} ({e.strerror or e})") from None
+    return p
+
+
+def need_in_file(name: str, value, error: type[KvlabError] = ParameterError):
+    """`value` as an existing regular file (not a folder, a device or a pipe)."""
+    p = need_path(name, value, error)
+    if p.is_dir():
+        raise error(f"{name} {str(p)!r} is a folder, not a file")
+    if not p.exists():
+        raise error(f"{name} {str(p)!r}: no such file")
+    if not p.is_file():
+        raise error(f"{name} {str(p)!r} is not a regular file")
+    return p

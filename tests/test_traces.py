@@ -185,7 +185,7 @@ def test_fetch_refuses_a_corrupt_copy_and_keeps_nothing(tiny):
     (mirror / "tiny_trace.jsonl").write_bytes(b'{"timestamp": 0}\n')
     with pytest.raises(catalog.FetchError, match=r"does not match its published checksum .* nothing was saved"):
         catalog.fetch("tiny")
-    assert not list((catalog.data_dir() / "traces").iterdir())
+    assert not catalog.data_dir().exists()  # no file, no .part, not even the folders made for them
 
 
 def test_offline_says_what_to_download_where(data, capsys):
@@ -200,12 +200,15 @@ def test_offline_says_what_to_download_where(data, capsys):
 
 
 def test_traces_cli_list_and_fetch(tiny, capsys):
+    entry, _ = tiny
     assert main(["traces", "list", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["traces"]}
     assert not rows["tiny"]["saved"] and rows["mooncake-conversation"]["licence"] == "Apache-2.0"
     assert main(["traces", "fetch", "t1"]) == 0 and "verified" in capsys.readouterr().out
     assert main(["traces", "list"]) == 0
-    assert "tiny (also: t1): verified" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "tiny (also: t1): " in out
+    assert f"read from {catalog.local_path(entry)} (data folder, checksum verified)" in out
 
 
 def test_catalog_urls_pin_commits():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from .args import count as _count, number as _number
+from .args import ArgError, count as _count, number as _number
 
 
 def _gb(x) -> str:
@@ -20,9 +20,11 @@ def cmd_analyze(args) -> int:
     import numpy as np
 
     from ..sim.analyze import SHOW_DEPTHS, analyze
-    from ..sim.traces import load_trace
-    kw = {} if args.block_tokens is None else dict(block_tokens=args.block_tokens)
-    tr = load_trace(args.trace, limit=args.limit, seed=args.seed, **kw)
+    from .sim import load_cli_trace
+    if args.kv_format is not None and args.model is None:
+        raise ArgError("--kv-format needs --model: it sets the bytes per token that capacities are priced in "
+                       "(without --model they are in blocks and tokens)")
+    tr = load_cli_trace(args, block_tokens=args.block_tokens)
     a = analyze(tr, args.model, args.policy, args.points, args.target, args.admission, args.kv_format)
     if args.json:
         print(json.dumps(a.to_dict(), indent=2))
@@ -42,9 +44,13 @@ def cmd_analyze(args) -> int:
                   f"{s['shared'][i] / n:6.1%}, seen earlier by {s['seen_before'][i] / n:6.1%}")
     r = a.reuse
     p = r["distance_percentiles"]
-    print(f"reuse: {r['cold_accesses']:,} first accesses, {r['reuses']:,} reuses; LRU stack distance p50 "
-          f"{p['50']:,.0f}, p90 {p['90']:,.0f}, p99 {p['99']:,.0f} blocks; reuse time p50 "
-          f"{r['reuse_time_percentiles_s']['50']:,.1f} s, p90 {r['reuse_time_percentiles_s']['90']:,.1f} s")
+    if r["reuses"]:
+        print(f"reuse: {r['cold_accesses']:,} first accesses, {r['reuses']:,} reuses; LRU stack distance p50 "
+              f"{p['50']:,.0f}, p90 {p['90']:,.0f}, p99 {p['99']:,.0f} blocks; reuse time p50 "
+              f"{r['reuse_time_percentiles_s']['50']:,.1f} s, p90 {r['reuse_time_percentiles_s']['90']:,.1f} s")
+    else:
+        print(f"reuse: none - all {r['cold_accesses']:,} block accesses are first accesses, so no cache of any size "
+              "hits (every hit rate below is 0)")
     ce = a.ceiling
     print(f"ceiling (every block cached): {ce['token_hit_rate']:.2%} of prompt tokens, {ce['block_hit_rate']:.2%} of "
           "block accesses")
@@ -60,7 +66,8 @@ def cmd_analyze(args) -> int:
         row = "".join(f"{a.curves[n]['token_hit_rate'][i]:>14.2%}" if not np.isnan(a.curves[n]['token_hit_rate'][i])
                       else f"{'-':>14}" for n in names)
         print(f"  {label:>12}{row}")
-    print("capacity for a token hit rate (" + ("bytes" if a.model else "blocks") + "):")
+    print("capacity for a token hit rate (" + ("bytes" if a.model else "blocks") + "):" +
+          ("" if a.targets else " none to size for (the trace has no reuse; --target sets one)"))
     for t in sorted({row["target"] for row in a.targets}):
         rows = [row for row in a.targets if row["target"] == t]
         cells = ", ".join(f"{row['policy']} " + (_gb(row["capacity_bytes"]) if a.model else
@@ -92,6 +99,6 @@ def register(sub) -> None:
     m.add_argument("--target", type=_number("--target", 0.0, 1.0), action="append", default=None,
                    help="token hit rate to size for (repeat; default 50%% and 90%% of the trace's ceiling)")
     m.add_argument("--limit", type=_count("--limit"), default=None, help="only the first N requests")
-    m.add_argument("--seed", type=_count("--seed"), default=0, help="seed of the synthetic workload")
+    m.add_argument("--seed", type=_count("--seed"), default=None, help="seed of the synthetic workload (default 0)")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=cmd_analyze)

@@ -4,22 +4,34 @@ from __future__ import annotations
 import json
 import math
 
-from .args import add_gpu, count as _count, gpu_of, number as _number
+from .args import ArgError, add_gpu, count as _count, gpu_of, number as _number
+
+
+def load_cli_trace(args, block_tokens: int | None = None):
+    """The trace a command names (args.trace, args.limit, args.seed): --seed only for the synthetic workload, where
+    it applies (a trace file has no seed; an option that changes nothing is refused, not ignored)."""
+    from ..sim.traces import load_trace
+    kw = {} if block_tokens is None else dict(block_tokens=block_tokens)
+    if str(args.trace) == "synthetic":
+        return load_trace("synthetic", limit=args.limit, seed=0 if args.seed is None else args.seed, **kw)
+    if args.seed is not None:
+        raise ArgError(f"--seed seeds the synthetic workload only; trace {str(args.trace)!r} is read as it is "
+                       "(leave --seed out)")
+    return load_trace(args.trace, limit=args.limit, **kw)
 
 
 def cmd_simulate(args) -> int:
     from ..errors import ParameterError
     from ..serving.native import kv_caveat
     from ..sim.tiering import make_tiers, simulate
-    from ..sim.traces import load_trace
     gpu = gpu_of(args)
-    tr = load_trace(args.trace, limit=args.limit, seed=args.seed)
-    tiers = make_tiers(args.model, args.hbm_gb, args.dram_gb, args.ssd_gb, gpu=gpu,
-                       block_tokens=tr.block_tokens, ttl_s=args.ttl_s if args.ttl_s is not None else math.inf,
-                       prefill_tokens_per_s=args.prefill_tps, kv_format=args.kv_format)
     if args.hbm_gb * 1e9 > gpu.hbm_bytes:
         raise ParameterError(f"--hbm-gb {args.hbm_gb:g} is more than {gpu.name}'s memory ({gpu.memory_label()}); "
                              "give --gpu-memory to plan with more")
+    tr = load_cli_trace(args)
+    tiers = make_tiers(args.model, args.hbm_gb, args.dram_gb, args.ssd_gb, gpu=gpu,
+                       block_tokens=tr.block_tokens, ttl_s=args.ttl_s if args.ttl_s is not None else math.inf,
+                       prefill_tokens_per_s=args.prefill_tps, kv_format=args.kv_format)
     policy = (args.policy, args.dram_policy or args.policy, args.ssd_policy or args.policy)
     admission = (args.admission, args.dram_admission or args.admission, args.ssd_admission or args.admission)
     r = simulate(tr, tiers, policy, progress=not args.json and not args.no_progress, admission=admission)
@@ -65,7 +77,8 @@ def register(sub) -> None:
     m.add_argument("--prefill-tps", type=_number("--prefill-tps"), default=10_000.0,
                    help="prefill tokens/s for recomputed tokens (assumption; default 10,000)")
     m.add_argument("--kv-format", default=None)
-    m.add_argument("--seed", type=_count("--seed"), default=0, help="seed of the synthetic workload")
+    m.add_argument("--seed", type=_count("--seed"), default=None,
+                   help="seed of the synthetic workload (default 0)")
     m.add_argument("--limit", type=_count("--limit"), default=None, help="read only the first N requests")
     m.add_argument("--no-progress", action="store_true")
     m.add_argument("--json", action="store_true")

@@ -3,16 +3,20 @@ from __future__ import annotations
 
 import sys
 
-from .args import count
+from .args import ArgError, count
 
 
 def cmd_sweep(args):
     from ..nb.sweep import TABLE, SweepInterrupted, run_sweep
 
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    if args.resume is not None and args.out is not None:
+        raise ArgError("--out and --resume: a resumed sweep continues in its own folder; give one of them")
+    if args.workers is not None and args.scheduler is not None:
+        raise ArgError("--workers sizes a local cluster; --scheduler brings its own workers: give one of them")
     try:
-        sweep = run_sweep(args.notebook, args.grid, args.out, args.workers, args.scheduler, args.resume,
-                          progress=not args.no_progress, log=log)
+        sweep = run_sweep(args.notebook, args.grid, "runs" if args.out is None else args.out, args.workers,
+                          args.scheduler, args.resume, progress=not args.no_progress, log=log)
     except SweepInterrupted as e:
         s = e.sweep
         done = sum(1 for v in s.status.values() if v == "ok")
@@ -35,13 +39,14 @@ def cmd_sweep(args):
 
 
 def register(sub) -> None:
+    from ..nb.sweep import MAX_WORKERS
     s = sub.add_parser("sweep", help="run one notebook over a grid of parameters on a dask cluster")
     s.add_argument("notebook", help="notebook name, prefix (01) or path")
     s.add_argument("--grid", help="YAML or JSON file: parameter -> list of values (the sweep runs their product)")
-    s.add_argument("--workers", type=count("--workers"), default=None,
+    s.add_argument("--workers", type=count("--workers", 1, MAX_WORKERS), default=None,
                    help="worker processes of the local cluster (default: CPU cores, at most 4)")
     s.add_argument("--scheduler", metavar="ADDRESS", help="a running dask scheduler (tcp://host:8786) instead")
-    s.add_argument("--out", default="runs", help="folder for sweep folders (default runs/)")
+    s.add_argument("--out", default=None, help="folder for sweep folders (default runs/)")
     s.add_argument("--resume", metavar="DIR", help="continue the sweep in DIR: points already done are skipped")
     s.add_argument("--no-progress", action="store_true", help="no progress bar (one line per point)")
     s.set_defaults(func=cmd_sweep)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..checks import need_out_dir, short
 from ..errors import ParameterError, WrongTypeError
 from ..resources import package_dir
 from .record import INTERRUPTED_TAG, read_results
@@ -56,13 +57,17 @@ def resolve(names: list[str] | None) -> list[Path]:
     out = []
     for n in names:
         p = Path(n)
-        if p.suffix == ".ipynb" and p.is_file():
+        try:
+            given = p.suffix == ".ipynb" and p.is_file()
+        except (OSError, ValueError):  # a name too long for a path, or holding a NUL: not a file, maybe a stem
+            given = False
+        if given:
             out.append(p.resolve())
             continue
         hits = [q for q in list_notebooks() if q.stem == n or q.stem.startswith(n.removesuffix(".ipynb"))]
         if len(hits) != 1:
             known = ", ".join(q.stem for q in list_notebooks())
-            raise ParameterError(f"no single notebook matches {n!r}; known: {known}")
+            raise ParameterError(f"no single notebook matches {short(n)}; known: {known}")
         out.append(hits[0])
     twice = sorted({p.name for p in out if sum(q.name == p.name for q in out) > 1})
     if twice:  # one output file per notebook name in a run folder: the second would overwrite the first
@@ -125,20 +130,23 @@ def new_run_dir(root: Path) -> Path:
             d = root / f"{stamp}-{k}"
 
 
-def _check_root(root: Path) -> None:
-    """The output folder exists or can be made, and its `latest` (if any) is a pointer kvlab made."""
-    if root.exists() and not root.is_dir():
-        raise ParameterError(f"output folder {str(root)!r} is a file, not a folder; choose another --out")
+def check_out_root(root) -> Path:
+    """The output folder (--out) as a folder kvlab can write in, checked before any work; nothing is made here."""
     try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ParameterError(f"cannot create the output folder {str(root)!r}: {e.strerror or e}") from None
-    if not os.access(root, os.W_OK | os.X_OK):
-        raise ParameterError(f"output folder {str(root)!r} is not writable; choose another --out")
+        return need_out_dir("output folder", root)
+    except ParameterError as e:
+        raise ParameterError(f"{e}; choose another --out") from None
+
+
+def _check_root(root) -> Path:
+    """The output folder can be written in (made later, with the run folder), and its `latest` (if any) is a pointer
+    kvlab made."""
+    root = check_out_root(root)
     why = _foreign_latest(root / "latest")
     if why:
         raise ParameterError(f"{root / 'latest'} is {why}, not a pointer kvlab made; kvlab only replaces its own "
                              "`latest`: move it away or choose another --out")
+    return root
 
 
 def _foreign_latest(latest: Path) -> str:
@@ -316,8 +324,7 @@ def run_notebooks(names: list[str] | None = None, parameters: dict | None = None
     if unknown:
         raise ParameterError(f"parameter {unknown[0]!r} is not declared by any selected notebook "
                              f"({', '.join(p.stem for p in paths)})")
-    root = Path(out_root)
-    _check_root(root)
+    root = _check_root(out_root)
     _mark_abandoned(root, log)
     run_dir = new_run_dir(root)
     kernel = kernel or kernel_name()

@@ -18,18 +18,19 @@ import json
 import logging
 import os
 import re
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..checks import need_int
+from ..checks import need_int, need_out_dir, short as _short
 from ..errors import ParameterError
 
 SWEEP_FILE = "sweep.json"  # the sweep folder's record: notebook, grid, points, status, failures
 TABLE = "results"  # results.csv and results.parquet
+MAX_POINTS = 10_000  # points one grid may hold (its product is counted before any point is made)
+MAX_WORKERS = 256  # worker processes of a local cluster
 
 
 @dataclass(frozen=True)
@@ -91,16 +92,22 @@ def read_grid(path: str | Path) -> dict[str, list]:
 
 
 def check_grid(raw, where: str = "grid") -> dict[str, list]:
+    """A grid as a mapping of parameter names to non-empty lists of values, whose product is at most MAX_POINTS."""
     if not isinstance(raw, dict) or not raw:
         raise ParameterError(f"{where}: expected a mapping of parameter names to lists of values")
     grid = {}
+    n = 1
     for k, v in raw.items():
         if not isinstance(k, str) or not k.isidentifier():
-            raise ParameterError(f"{where}: {k!r} is not a parameter name")
+            raise ParameterError(f"{where}: {_short(k)} is not a parameter name")
         values = list(v) if isinstance(v, (list, tuple)) else [v]
         if not values:
             raise ParameterError(f"{where}: parameter {k!r} has an empty list of values")
         grid[k] = values
+        n *= len(values)
+        if n > MAX_POINTS:
+            raise ParameterError(f"{where}: the grid's product holds more than {MAX_POINTS:,} points "
+                                 f"({' x '.join(str(len(x)) for x in grid.values())} so far); split the sweep")
     return grid
 
 
@@ -119,6 +126,41 @@ def grid_points(grid: dict[str, list]) -> list[Point]:
         params = dict(zip(names, values))
         out.append(Point(params, point_folder(params)))
     return out
+
+
+def read_record(folder: Path, notebook: str) -> dict:
+    """A sweep folder's sweep.json, checked field by field: each error names the file and the field."""
+    f = Path(folder) / SWEEP_FILE
+    if not Path(folder).is_dir():
+        raise ParameterError(f"resume folder {str(folder)!r} is not a folder")
+    if not f.is_file():
+        raise ParameterError(f"{folder} is not a sweep folder (no {SWEEP_FILE} in it)")
+    try:
+        record = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ParameterError(f"{f}: not a readable sweep record ({str(e).splitlines()[0][:120]})") from None
+    if not isinstance(record, dict):
+        raise ParameterError(f"{f}: not a sweep record (a JSON object), got a JSON {type(record).__name__}")
+
+    def field(name: str, check, what: str):
+        if name not in record:
+            raise ParameterError(f"{f}: field {name!r} is missing")
+        if not check(record[name]):
+            raise ParameterError(f"{f}: field {name!r} must be {what}, got {_short(record[name])}")
+        return record[name]
+
+    nb = field("notebook", lambda v: isinstance(v, str) and v != "", "a notebook name")
+    if nb != notebook:
+        raise ParameterError(f"{f}: field 'notebook' is {nb!r}: a sweep of another notebook than {notebook!r}")
+    check_grid(field("grid", lambda v: isinstance(v, dict) and v, "a mapping of parameters to values"),
+               f"{f}: field 'grid'")
+    field("points", lambda v: isinstance(v, list) and all(
+        isinstance(x, dict) and isinstance(x.get("folder"), str) and isinstance(x.get("params"), dict) for x in v),
+        "a list of {folder, params}")
+    bad = [x["folder"] for x in record["points"] if Path(x["folder"]).name != x["folder"] or x["folder"] in ("", "..")]
+    if bad:
+        raise ParameterError(f"{f}: field 'points' names a folder outside the sweep: {_short(bad[0])}")
+    return record
 
 
 # --- one point (runs on a worker) ----------------------------------------------------------------------------------
@@ -158,6 +200,22 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def check_scheduler(address) -> str:
+    """A dask scheduler address as dask reads it (tcp://host:port, host:port, ...), checked before anything runs."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    if not isinstance(address, str) or not address.strip() or len(address) > 1000 or not address.isprintable():
+        raise ParameterError(f"scheduler must be an address like tcp://host:8786, got {_short(address)}")
+    try:
+        scheme, loc = parse_address(address.strip())
+        if scheme in ("tcp", "tls", "ws", "wss"):
+            parse_host_port(loc)
+    except (ValueError, TypeError) as e:
+        raise ParameterError(f"scheduler {_short(address)} is not a dask address like tcp://host:8786 "
+                             f"({str(e).splitlines()[0][:120]})") from None
+    return address.strip()
+
+
 def _client(workers: int, scheduler: str | None):
     """(client, cluster): a client of the scheduler at `scheduler`, or of a new LocalCluster (then also returned)."""
     from dask.distributed import Client, LocalCluster
@@ -166,7 +224,8 @@ def _client(workers: int, scheduler: str | None):
         try:
             return Client(scheduler, timeout="10s"), None
         except (OSError, TimeoutError, ValueError) as e:
-            raise ParameterError(f"cannot reach the dask scheduler at {scheduler!r}: {e}") from None
+            raise ParameterError(f"cannot reach the dask scheduler at {scheduler!r}: "
+                                 f"{str(e).splitlines()[0][:200]}") from None
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                            dashboard_address=None, silence_logs=logging.ERROR)
     return Client(cluster), cluster
@@ -182,23 +241,31 @@ def run_sweep(notebook: str, grid: dict | str | Path | None = None, out_root: st
     """Run every point of `grid` (a mapping, or a grid file) not yet done; returns the sweep, table written.
 
     `resume`: an earlier sweep folder of the same notebook; its finished points are skipped (without `grid`, its
-    own grid is used; with one, the new grid's points are run or reused by their parameters)."""
-    from .runner import declared_parameters, new_run_dir, resolve
+    own grid is used; with one, the new grid's points are run or reused by their parameters).
+
+    Everything is checked before anything is written: the notebook, the grid (at most MAX_POINTS points), the
+    workers, the scheduler's address, the output folder (a folder kvlab can write in) or the resumed sweep's record
+    (each field named when it is wrong); the cluster is reached or started next, and only then is the sweep folder
+    made."""
+    from .runner import check_out_root, declared_parameters, new_run_dir, resolve
 
     path = resolve([notebook])[0]
     stem = path.stem
-    workers = need_int("workers", default_workers() if workers is None else workers, minimum=1)
+    if workers is not None and scheduler is not None:
+        raise ParameterError("workers sets the size of a local cluster; a scheduler brings its own workers: give "
+                             "one of them")
+    workers = need_int("workers", default_workers() if workers is None else workers, 1, MAX_WORKERS)
+    if scheduler is not None:
+        scheduler = check_scheduler(scheduler)
+    before = None
     if resume is not None:
-        folder = Path(resume)
-        try:
-            before = json.loads((folder / SWEEP_FILE).read_text())
-        except (OSError, ValueError):
-            raise ParameterError(f"{folder} is not a sweep folder (no readable {SWEEP_FILE})") from None
-        if before.get("notebook") != stem:
-            raise ParameterError(f"{folder} is a sweep of {before.get('notebook')!r}, not of {stem!r}")
-        grid = before.get("grid") if grid is None else grid
+        folder = need_out_dir("resume folder", resume)
+        before = read_record(folder, stem)
+        grid = before["grid"] if grid is None else grid
     elif grid is None:
         raise ParameterError("a sweep needs a grid (a .yaml or .json file of parameter -> values)")
+    else:
+        out_root = check_out_root(out_root)
     grid = read_grid(grid) if isinstance(grid, (str, Path)) else check_grid(grid)
     declared = declared_parameters(path)
     unknown = [k for k in grid if k not in declared]
@@ -206,34 +273,36 @@ def run_sweep(notebook: str, grid: dict | str | Path | None = None, out_root: st
         raise ParameterError(f"grid parameter {unknown[0]!r} is not declared by {stem} "
                              f"(its parameters: {', '.join(declared) or 'none'})")
     points = grid_points(grid)
-    if resume is None:
-        folder = new_run_dir(Path(out_root))
-    sweep = Sweep(folder, stem, points)
-    record = {"notebook": stem, "notebook_path": str(path), "grid": grid, "status": "running", "started": _now(),
-              "points": [{"folder": p.folder, "params": p.params} for p in points]}
-    _write_json(folder / SWEEP_FILE, record)
-
-    todo = []
-    for p in points:
-        done = point_outcome(folder / p.folder, stem)
-        if done is not None and done["status"] == "ok":
-            sweep.status[p.folder] = "ok"
-            sweep.skipped += 1
-        else:
-            todo.append(p)
-    log(f"sweep {stem}: {len(points)} points in {folder} ({sweep.skipped} done before, {len(todo)} to run)")
-    seconds = {}
+    done = {}
+    if resume is not None:
+        done = {p.folder: point_outcome(folder / p.folder, stem) for p in points}
+    todo = [p for p in points if (done.get(p.folder) or {}).get("status") != "ok"]
+    client = cluster = None
     if todo:
-        try:
-            _run_points(sweep, todo, str(path), workers, scheduler, progress, seconds, log)
-        except KeyboardInterrupt:
-            sweep.interrupted = True
-        except ParameterError:  # no cluster to run on: nothing ran, so nothing is left behind
-            if resume is None:
-                shutil.rmtree(folder)
-            else:
-                _write_json(folder / SWEEP_FILE, before)
-            raise
+        client, cluster = _client(workers, scheduler)  # no cluster to run on: nothing has been written yet
+    try:
+        if resume is None:
+            folder = new_run_dir(Path(out_root))
+        sweep = Sweep(folder, stem, points)
+        record = {"notebook": stem, "notebook_path": str(path), "grid": grid, "status": "running",
+                  "started": _now(), "points": [{"folder": p.folder, "params": p.params} for p in points]}
+        _write_json(folder / SWEEP_FILE, record)
+        for p in points:
+            if p not in todo:
+                sweep.status[p.folder] = "ok"
+                sweep.skipped += 1
+        log(f"sweep {stem}: {len(points)} points in {folder} ({sweep.skipped} done before, {len(todo)} to run)")
+        seconds = {}
+        if todo:
+            try:
+                _run_points(sweep, todo, str(path), client, progress, seconds, log)
+            except KeyboardInterrupt:
+                sweep.interrupted = True
+    finally:
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
     for p in points:
         sweep.status.setdefault(p.folder, "not run")
     sweep.table = table(folder, points, stem)
@@ -248,12 +317,11 @@ def run_sweep(notebook: str, grid: dict | str | Path | None = None, out_root: st
     return sweep
 
 
-def _run_points(sweep: Sweep, todo: list[Point], notebook: str, workers: int, scheduler: str | None,
-                progress: bool, seconds: dict, log) -> None:
+def _run_points(sweep: Sweep, todo: list[Point], notebook: str, client, progress: bool, seconds: dict,
+                log) -> None:
     from dask.distributed import as_completed
     from tqdm.auto import tqdm
 
-    client, cluster = _client(workers, scheduler)
     sweep.workers = len(client.scheduler_info().get("workers", {}))
     futures = {}
     try:
@@ -284,10 +352,6 @@ def _run_points(sweep: Sweep, todo: list[Point], notebook: str, workers: int, sc
         for f in futures:
             f.cancel()
         raise
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
 
 
 def _describe(params: dict) -> str:

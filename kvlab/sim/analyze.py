@@ -176,6 +176,10 @@ def analyze(trace: Trace, model: str | None = None, policies=None, points: int =
                              "(block hash) information (Azure traces give arrivals and lengths only)")
     if trace.n_accesses == 0:
         raise ParameterError(f"trace {trace.name!r} has no block accesses")
+    if model is None and (kv_format is not None or scheme != "storage"):
+        given = "kv_format" if kv_format is not None else "scheme"
+        raise ParameterError(f"{given} sets the bytes per token that capacities are priced in, so it needs a model; "
+                             "give model too (or leave it out: capacities in blocks and tokens)")
     names = policy_names() if policies is None else [get_policy(p).name for p in policies]
     points = need_int("points", points, 2, 10_000)
     bb = block_bytes(model, trace.block_tokens, scheme, kv_format) if model is not None else None
@@ -202,10 +206,11 @@ def analyze(trace: Trace, model: str | None = None, policies=None, points: int =
     if targets is None:
         shares = [0.5, 0.9] if target_shares is None else [need_number("target share", s, 0.0, 1.0)
                                                               for s in target_shares]
-        targets = [s * ceiling["token_hit_rate"] for s in shares]
+        # shares of a zero ceiling (a trace without reuse) would all ask for a 0% hit rate: nothing to size for
+        targets = [s * ceiling["token_hit_rate"] for s in shares] if ceiling["token_hit_rate"] > 0 else []
+    targets = list(dict.fromkeys(need_number("target", t, 0.0, 1.0) for t in targets))  # each target once
     trows = []
     for t in targets:
-        t = need_number("target", t, 0.0, 1.0)
         for p in names:
             c = _capacity_from_curve(trace, p, caps, curves[p]["token_hit_rate"], t, admission)
             trows.append(dict(target=t, policy=p, capacity_blocks=c,

@@ -7,6 +7,11 @@ against its SHA-256 (or, where only the publisher's git blob id is known, agains
 readers then find it by name (`kvlab simulate --trace mooncake-conversation`). $KVLAB_TRACE_MIRROR (a folder or a
 URL prefix) fetches the same files from a local mirror instead, checked the same way.
 
+A name is read from the first copy found (`locate`): the data folder's, else a developer's mirror beside the
+repository (MIRROR_DIR, ../shared/traces; a user's clone has none). That copy is used only when it matches its
+published checksum; one that does not is refused with one line saying which file and how to replace it
+(`kvlab traces fetch NAME --force`), never read without a word. `kvlab traces list` shows the same answer.
+
 Sources (each URL pins the commit the checksum was taken from):
   Mooncake FAST'25 traces - github.com/kvcache-ai/Mooncake, FAST25-release/traces/ at commit 3cca71d, Apache-2.0;
     the arXiv technical report's trace is mooncake_trace.jsonl at the repository root of the same commit.
@@ -22,12 +27,14 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checks import need_choice
+from ..checks import need_choice, need_out_dir
 from ..resources import data_dir  # where kvlab keeps downloaded data (one rule for traces and models)
 from ..errors import KvlabError
 
 MOONCAKE = "https://raw.githubusercontent.com/kvcache-ai/Mooncake/3cca71daccf2a7afb8fe3f0295358f70e3a69fdb/"
 AZURE = "https://raw.githubusercontent.com/Azure/AzurePublicDataset/790921015d50dd6aae7f7e47f39ba0e235ad6b08/"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MIRROR_DIR = REPO_ROOT.parent / "shared" / "traces"  # a developer's local mirror only (a user's clone has none)
 
 
 class FetchError(KvlabError):
@@ -87,9 +94,10 @@ ALIASES = {a: t.name for t in CATALOG.values() for a in t.aliases}
 
 
 def lookup(name: str) -> PublicTrace | None:
-    """The catalog entry for a name or an alias (None if neither)."""
+    """The catalog entry for a name, an alias or a published file name (None if none)."""
     name = str(name)
-    return CATALOG.get(ALIASES.get(name, name))
+    t = CATALOG.get(ALIASES.get(name, name))
+    return t or next((t for t in CATALOG.values() if t.file == name), None)
 
 
 def get(name: str) -> PublicTrace:
@@ -126,13 +134,20 @@ class _Digest:
         self.git.update(chunk)
 
 
+_DIGESTS: dict[tuple, tuple[str, str]] = {}  # (path, size, mtime_ns, inode) -> digests: a file is hashed once
+
+
 def digests(path: Path) -> tuple[str, str]:
     """(SHA-256, git blob id) of a file."""
-    d = _Digest(path.stat().st_size)
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            d.update(chunk)
-    return d.sha.hexdigest(), d.git.hexdigest()
+    st = Path(path).stat()
+    key = (str(Path(path).resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+    if key not in _DIGESTS:
+        d = _Digest(st.st_size)
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                d.update(chunk)
+        _DIGESTS[key] = d.sha.hexdigest(), d.git.hexdigest()
+    return _DIGESTS[key]
 
 
 def matches(t: PublicTrace, sha256: str, git_blob: str) -> bool:
@@ -150,45 +165,101 @@ def verified(t: PublicTrace, path: Path | None = None) -> bool:
     return p.is_file() and matches(t, *digests(p))
 
 
+@dataclass(frozen=True)
+class Copy:
+    """Where a catalog trace is read from: the first copy found, and whether it may be read."""
+
+    trace: PublicTrace  # the catalog entry
+    path: Path | None  # the copy readers take (None: no copy anywhere)
+    where: str  # "data folder" or "developer mirror" ("" when no copy)
+    verified: bool  # it matches the published checksum (only then is it read)
+    got: str  # what the copy hashes to, in the form `expected` gives ("" when no copy)
+
+    def refusal(self) -> str:
+        """The one line that refuses an unverified copy."""
+        return (f"{self.path}: the {self.where} copy of {self.trace.name} does not match its published checksum "
+                f"(it has {self.got}, expected {expected(self.trace)}); `kvlab traces fetch {self.trace.name} "
+                "--force` saves a verified copy in the data folder, or give the file's path to read it as it is")
+
+
+def locate(t: PublicTrace, mirror: str | Path | None = None) -> Copy:
+    """The copy a reader takes for `t`: the data folder's, else the mirror's (default MIRROR_DIR), checked against
+    the published checksum."""
+    m = MIRROR_DIR if mirror is None else Path(mirror)
+    for where, p in (("data folder", local_path(t)), ("developer mirror", m / t.file)):
+        if p.is_file():
+            sha, blob = digests(p)
+            got = f"sha256 {sha}" if t.sha256 else f"git blob {blob}"
+            return Copy(t, p, where, matches(t, sha, blob), got)
+    return Copy(t, None, "", False, "")
+
+
+def _check_destination(t: PublicTrace, dest: Path) -> Path:
+    """Before any download: the data folder can take the file, and neither the file nor its .part is a folder or
+    anything but a plain file kvlab may replace. Returns the .part path."""
+    need_out_dir("the data folder (KVLAB_DATA)", dest.parent, FetchError)
+    tmp = dest.with_name(dest.name + ".part")
+    for p in (dest, tmp):
+        if p.is_symlink() or (p.exists() and not p.is_file()):
+            what = "a folder" if p.is_dir() and not p.is_symlink() else "not a plain file"
+            raise FetchError(f"cannot save {t.name}: {p} is {what}; move it away or set KVLAB_DATA to another "
+                             "folder")
+    return tmp
+
+
 def fetch(name: str, force: bool = False, timeout_s: float = 60.0) -> Path:
     """Download a catalog trace into the data folder, verified, and return its path (already there and verified:
-    no download unless `force`). Raises FetchError (one line: what to download, from where, to where)."""
+    no download unless `force`; a saved copy that fails its checksum is replaced). Every path is checked before the
+    download starts, and a failed download leaves nothing behind. Raises FetchError (one line: what to download,
+    from where, to where)."""
     t = get(name)
     dest = local_path(t)
+    tmp = _check_destination(t, dest)
     if not force and verified(t, dest):
         return dest
     url = source_url(t)
+    made = [q for q in (dest.parent, *dest.parent.parents) if not os.path.lexists(q)]  # folders this call makes
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise FetchError(f"cannot create the data folder {dest.parent} ({e.strerror}); set KVLAB_DATA to a "
                          "writable folder") from None
-    tmp = dest.with_name(dest.name + ".part")
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp, open(tmp, "wb") as out:
-            for chunk in iter(lambda: resp.read(1 << 20), b""):
-                out.write(chunk)
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        tmp.unlink(missing_ok=True)
-        reason = getattr(e, "reason", None) or getattr(e, "strerror", None) or e
-        raise FetchError(f"cannot download {t.name} from {url} ({reason}); offline? download that file by hand "
-                         f"and save it as {dest} ({expected(t)})") from None
-    sha, blob = digests(tmp)
-    if not matches(t, sha, blob):
-        tmp.unlink(missing_ok=True)
-        raise FetchError(f"{t.name} from {url} does not match its published checksum (got sha256 {sha}, "
-                         f"expected {expected(t)}); nothing was saved")
-    os.replace(tmp, dest)
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as resp, open(tmp, "wb") as out:
+                for chunk in iter(lambda: resp.read(1 << 20), b""):
+                    out.write(chunk)
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            reason = getattr(e, "reason", None) or getattr(e, "strerror", None) or e
+            raise FetchError(f"cannot download {t.name} from {url} ({reason}); offline? download that file by hand "
+                             f"and save it as {dest} ({expected(t)})") from None
+        sha, blob = digests(tmp)
+        if not matches(t, sha, blob):
+            raise FetchError(f"{t.name} from {url} does not match its published checksum (got sha256 {sha}, "
+                             f"expected {expected(t)}); nothing was saved")
+        os.replace(tmp, dest)
+    finally:
+        if tmp.is_file() and not tmp.is_symlink():  # a download cut short or refused: no .part left behind
+            tmp.unlink()
+        if not dest.is_file():  # nor the folders made for it
+            for q in made:
+                try:
+                    q.rmdir()
+                except OSError:
+                    break
     return dest
 
 
-def status() -> list[dict]:
-    """One row per catalog trace: name, aliases, licence, source URL, local path and whether it is saved and
-    verified."""
+def status(mirror: str | Path | None = None) -> list[dict]:
+    """One row per catalog trace: name, aliases, licence, source URL, where `fetch` saves it (path, saved,
+    verified) and where readers take it from (read_from, read_from_kind, usable: verified there)."""
     rows = []
     for t in CATALOG.values():
         p = local_path(t)
+        c = locate(t, mirror)
         rows.append(dict(name=t.name, aliases=list(t.aliases), file=t.file, size=t.size, licence=t.licence,
                          url=t.url, sha256=t.sha256, git_blob=t.git_blob, path=str(p),
-                         saved=p.is_file(), verified=verified(t, p), description=t.description))
+                         saved=p.is_file(), verified=verified(t, p), description=t.description,
+                         read_from=None if c.path is None else str(c.path), read_from_kind=c.where or None,
+                         usable=c.verified, checksum=None if c.path is None else c.got))
     return rows

@@ -9,25 +9,33 @@ into the repository: `kvlab traces fetch NAME` downloads them, verified, into th
 (kvlab.sim.catalog: the folder in $KVLAB_DATA, else the user's cache folder), where readers find them by name;
 an explicit path always works; the synthetic generator stands in otherwise. A user's clone has no other trace
 folder: TRACES_DIR (../shared/traces beside the repository) is only a developer's local mirror, looked in when it
-happens to exist, and tests fall back to generated traces without it.
+happens to exist, and tests fall back to generated traces without it. A catalog name is read from the first copy
+found (`catalog.locate`) and only when it matches its published checksum; a copy that does not is refused, naming it.
+
+The readers are the one gate every command's trace passes (`kvlab simulate`, `analyze`, `serve-sim`, `plan`, the
+notebooks): each record is checked where it is read, and a bad one is refused with the file, the line and the field.
+Their rules: a request has at least one prompt token and one output token (a zero-length request has nothing to
+prefill or generate, and would be served with a throughput: refused, not dropped, so every command sees the same
+requests); arrival times never go backwards (refused, not sorted); numbers fit their types.
 """
 from __future__ import annotations
 
 import csv
 import json
 import math
+import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
 
 from . import catalog
-from ..checks import cdiv, need_int, need_number
+from ..checks import cdiv, need_int, need_number, need_path
 from ..errors import KvlabError, ParameterError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-TRACES_DIR = REPO_ROOT.parent / "shared" / "traces"  # a developer's local mirror only (a user's clone has none)
+REPO_ROOT = catalog.REPO_ROOT
+TRACES_DIR = catalog.MIRROR_DIR  # a developer's local mirror only (a user's clone has none)
 MOONCAKE_BLOCK_TOKENS = 512  # Mooncake hashes 512-token blocks (FAST'25 traces README)
 MAX_TOKENS = 2**40  # largest prompt or output length accepted from a trace (token sums stay exact in int64)
 MAX_HASH = 2**63  # hash ids are stored as int64
@@ -136,9 +144,12 @@ def _bad(path, line: int, field: str, msg: str):
     raise TraceError(f"{path}: line {line}: field {field!r}: {msg}")
 
 
-def _nonneg_int(v, path, line, field, hi: int = MAX_TOKENS):
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= hi:
-        _bad(path, line, field, f"must be an integer in [0, {hi:,}], got {_short(v)}")
+def _length(v, path, line, field):
+    """A request's token count: an integer in [1, MAX_TOKENS] (zero-length requests are refused, see above)."""
+    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TOKENS:
+        why = " (a zero-length request has nothing to prefill or generate; kvlab refuses it)" if v == 0 and \
+            isinstance(v, int) else ""
+        _bad(path, line, field, f"must be an integer in [1, {MAX_TOKENS:,}], got {_short(v)}{why}")
     return v
 
 
@@ -147,19 +158,29 @@ def _short(v) -> str:
     return r if len(r) <= 40 else r[:37] + "..."
 
 
-def _open_trace(path: Path) -> Path:
+def _open_trace(path) -> Path:
+    path = need_path("trace", path, TraceError)
     if path.is_dir():
         raise TraceError(f"{path}: is a directory, not a trace file")
     if not path.is_file():
-        raise TraceError(f"{path}: no such trace file")
+        raise TraceError(f"{path}: " + ("not a regular file, not a trace file" if path.exists() else
+                                        "no such trace file"))
     return path
 
 
+def _open_bytes(path: Path):
+    try:
+        return path.open("rb")
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read it ({e.strerror or e})") from None
+
+
 def _text_lines(path: Path, f):
-    """(line number, text) of a binary file, each line decoded as UTF-8 (a binary file is refused by line)."""
+    """(line number, text) of a binary file, each line decoded as UTF-8 (a binary file is refused by line; a
+    leading byte-order mark is dropped)."""
     for ln, raw in enumerate(f, 1):
         try:
-            yield ln, raw.decode("utf-8")
+            yield ln, raw.decode("utf-8-sig" if ln == 1 else "utf-8")
         except UnicodeDecodeError as e:
             raise TraceError(f"{path}: line {ln}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
                              "a trace is a Mooncake JSONL or an Azure CSV file") from None
@@ -167,11 +188,11 @@ def _text_lines(path: Path, f):
 
 def read_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS, limit: int | None = None) -> Trace:
     """Read a Mooncake JSONL trace, validating every record (line number and field in each error)."""
-    path = _open_trace(Path(path))
+    path = _open_trace(path)
     block_tokens = need_int("block_tokens", block_tokens, 1)
     limit = None if limit is None else need_int("limit", limit, 1)
     ts, inp, out, offs, ids = [], [], [], [0], []
-    with path.open("rb") as f:
+    with _open_bytes(path) as f:
         for ln, raw in _text_lines(path, f):
             if limit is not None and len(ts) >= limit:
                 break
@@ -181,6 +202,8 @@ def read_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS, l
                 r = json.loads(raw)
             except json.JSONDecodeError as e:
                 raise TraceError(f"{path}: line {ln}: not valid JSON ({e.msg})") from None
+            except (ValueError, RecursionError) as e:  # an integer of more than 4,300 digits, nesting too deep
+                raise TraceError(f"{path}: line {ln}: not a usable JSON record ({str(e)[:80]})") from None
             if not isinstance(r, dict):
                 raise TraceError(f"{path}: line {ln}: a record must be a JSON object")
             for k in ("timestamp", "input_length", "output_length", "hash_ids"):
@@ -192,8 +215,8 @@ def read_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS, l
                 _bad(path, ln, "timestamp", f"must be a number of milliseconds in [0, 1e18), got {_short(t)}")
             if ts and t / 1000 < ts[-1]:
                 _bad(path, ln, "timestamp", f"goes backwards ({t} ms after {ts[-1] * 1000:g} ms)")
-            n_in = _nonneg_int(r["input_length"], path, ln, "input_length")
-            n_out = _nonneg_int(r["output_length"], path, ln, "output_length")
+            n_in = _length(r["input_length"], path, ln, "input_length")
+            n_out = _length(r["output_length"], path, ln, "output_length")
             h = r["hash_ids"]
             if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < MAX_HASH
                                                   for x in h):
@@ -215,64 +238,94 @@ def read_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS, l
 
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_AZURE_TIME = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:?\d{2})?")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_DIGITS = re.compile(r"\d+")
+
+
+def _azure_time(text: str, path, line) -> int:
+    """Nanoseconds since 1970 of an Azure TIMESTAMP ('2023-11-16 18:17:03.9799600'; no zone: UTC), an integer, so
+    that differences stay exact to the file's last digit."""
+    m = _AZURE_TIME.fullmatch(text.strip())
+    try:
+        if m is None:
+            raise ValueError
+        t = datetime.fromisoformat(m[1] + (m[3] or "").replace("Z", "+00:00"))
+    except ValueError:
+        _bad(path, line, "TIMESTAMP", f"not a date-time like 2023-11-16 18:17:03.97: {_short(text)}")
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return (t - _EPOCH) // timedelta(seconds=1) * 10**9 + int((m[2] or "0").ljust(9, "0"))
 
 
 def read_azure(path: str | Path, limit: int | None = None) -> Trace:
     """Read an Azure LLM inference trace CSV (arrivals and lengths; no prefix information)."""
-    path = _open_trace(Path(path))
+    path = _open_trace(path)
     limit = None if limit is None else need_int("limit", limit, 1)
-    ts, inp, out = [], [], []
-    with path.open("rb") as f:
+    ns, inp, out = [], [], []
+    with _open_bytes(path) as f:
         rows = csv.reader(line for _, line in _text_lines(path, f))
-        header = next(rows, None)
-        if header is None or tuple(h.strip() for h in header) != AZURE_COLUMNS:
-            raise TraceError(f"{path}: line 1: header must be {','.join(AZURE_COLUMNS)}, got {header!r}")
-        for ln, row in enumerate(rows, 2):
-            if limit is not None and len(ts) >= limit:
-                break
-            if not row:
-                continue
-            if len(row) != 3:
-                raise TraceError(f"{path}: line {ln}: expected 3 fields, got {len(row)}")
-            try:
-                t = datetime.fromisoformat(row[0].strip()[:26])
-            except ValueError:
-                _bad(path, ln, "TIMESTAMP", f"not a date-time: {_short(row[0])}")
-            vals = []
-            for k, v in zip(AZURE_COLUMNS[1:], row[1:]):
-                try:
-                    x = int(v)
-                except ValueError:
-                    _bad(path, ln, k, f"not an integer: {_short(v)}")
-                vals.append(_nonneg_int(x, path, ln, k))
-            ts.append(t.timestamp())
-            inp.append(vals[0])
-            out.append(vals[1])
-    if not ts:
+        try:
+            header = next(rows, None)
+            if header is None or tuple(h.strip() for h in header) != AZURE_COLUMNS:
+                raise TraceError(f"{path}: line 1: header must be {','.join(AZURE_COLUMNS)}, got {_short(header)}")
+            for row in rows:
+                ln = rows.line_num
+                if limit is not None and len(ns) >= limit:
+                    break
+                if not row:
+                    continue
+                if len(row) != 3:
+                    raise TraceError(f"{path}: line {ln}: expected 3 fields ({','.join(AZURE_COLUMNS)}), "
+                                     f"got {len(row)}")
+                t = _azure_time(row[0], path, ln)
+                if ns and t < ns[-1]:
+                    _bad(path, ln, "TIMESTAMP", f"goes backwards ({row[0].strip()} is before the line above's; "
+                         "kvlab reads arrivals in file order and does not sort them)")
+                vals = []
+                for k, v in zip(AZURE_COLUMNS[1:], row[1:]):
+                    if not _DIGITS.fullmatch(v.strip()):
+                        _bad(path, ln, k, f"not a whole number of tokens: {_short(v)}")
+                    vals.append(_length(int(v) if len(v.strip()) <= 40 else v.strip(), path, ln, k))
+                ns.append(t)
+                inp.append(vals[0])
+                out.append(vals[1])
+        except csv.Error as e:  # a field over csv's size limit, a stray quote
+            raise TraceError(f"{path}: line {rows.line_num}: not a CSV record ({e})") from None
+    if not ns:
         raise TraceError(f"{path}: no records")
-    t = np.array(ts)
-    return Trace(path.name, t - t[0], np.array(inp, np.int64), np.array(out, np.int64), None, None,
+    t = np.array([float(x - ns[0]) for x in ns]) / 1e9  # seconds from the first request, exact to the nanosecond
+    return Trace(path.name, t, np.array(inp, np.int64), np.array(out, np.int64), None, None,
                  source="Azure/AzurePublicDataset AzureLLMInferenceTrace 2023 (CC-BY-4.0)")
 
 
 def trace_path(name: str | Path, traces_dir: str | Path | None = None) -> Path:
-    """A trace by explicit path, or by catalog name or alias (`kvlab traces list`: mooncake-conversation,
-    conversation, ...) from the data folder where `kvlab traces fetch` saves it ($KVLAB_DATA or the user's cache
-    folder), else from `traces_dir` - by default TRACES_DIR, a developer's local mirror that a user's clone lacks."""
-    p = Path(name)
+    """A trace by explicit path (read as it is), or by catalog name, alias or published file name (`kvlab traces
+    list`: mooncake-conversation, conversation, ...) from the first copy `catalog.locate` finds - the data folder
+    where `kvlab traces fetch` saves it ($KVLAB_DATA or the user's cache folder), else `traces_dir` (by default
+    TRACES_DIR, a developer's local mirror that a user's clone lacks) - and only when that copy matches its
+    published checksum."""
+    if str(name) == "":
+        raise TraceError("trace name is empty: give a path, a catalog name (kvlab traces list) or 'synthetic'")
+    p = need_path("trace", name, TraceError)
     if p.is_dir():
         raise TraceError(f"{p}: is a directory, not a trace file")
     if p.is_file():
         return p
     t = catalog.lookup(str(name))
-    d = Path(traces_dir) if traces_dir is not None else TRACES_DIR
-    cands = ([catalog.local_path(t)] if t else []) + [d / (t.file if t else str(name))]
-    for c in cands:
-        if c.is_file():
-            return c
-    if t:
-        raise TraceError(f"trace {str(name)!r} is not downloaded: run `kvlab traces fetch {t.name}` (downloads "
-                         f"{catalog.source_url(t)} to {catalog.local_path(t)})")
+    d = Path(traces_dir) if traces_dir is not None else catalog.MIRROR_DIR
+    if t is not None:
+        c = catalog.locate(t, d)
+        if c.path is None:
+            raise TraceError(f"trace {str(name)!r} is not downloaded: run `kvlab traces fetch {t.name}` (downloads "
+                             f"{catalog.source_url(t)} to {catalog.local_path(t)})")
+        if not c.verified:
+            raise TraceError(c.refusal())
+        return c.path
+    if p.name == str(name) and (d / p.name).is_file():  # a file of the mirror's own, outside the catalog
+        return d / p.name
+    if p.exists():
+        raise TraceError(f"{p}: not a regular file, not a trace file")
     raise TraceError(f"trace {str(name)!r} not found: no such file, and not a catalog name "
                      f"({', '.join(catalog.CATALOG)}; see `kvlab traces list`); or use 'synthetic'")
 
