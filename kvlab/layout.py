@@ -480,8 +480,10 @@ def kv_plan(kv_format=None, k_format=None, v_format=None, residual: int = 0, blo
     """A validated KVPlan: `kv_format` for both K and V, or `k_format` / `v_format` separately."""
     if kv_format is not None and (k_format is not None or v_format is not None):
         raise ParameterError("give kv_format, or k_format and/or v_format, not both")
-    k = get_format(k_format if kv_format is None else kv_format) if (k_format or kv_format) is not None else None
-    v = get_format(v_format if kv_format is None else kv_format) if (v_format or kv_format) is not None else None
+    k_name = k_format if kv_format is None else kv_format  # None: the scheme's; anything else a name ('' is none)
+    v_name = v_format if kv_format is None else kv_format
+    k = None if k_name is None else get_format(k_name)
+    v = None if v_name is None else get_format(v_name)
     return KVPlan(k, v, need_int("residual", residual, 0), need_int("block", block, 1),
                   need_choice("key_axis", key_axis, KEY_AXES), need_choice("value_axis", value_axis, KEY_AXES))
 
