@@ -69,6 +69,9 @@ FILES = {  # name -> text (bytes as they are); None: a folder
     "tiny.ipynb": None,  # made by the fixture (a notebook declaring x)
     "grid.json": json.dumps({"x": [1, 2]}),
     "biggrid.json": json.dumps({"x": list(range(101)), "y": list(range(100))}),
+    "bomb.yaml": "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(  # a billion laughs: 10**8 items from 8 lines
+        f"{c}: &{c} [{', '.join([f'*{b}'] * 10)}]\n" for b, c in zip("abcdefg", "bcdefgh")),
+    "huge.json": json.dumps({"x": ["y" * 100] * 20_000}),
     "adir": None,
 }
 SWEEPS = {  # a sweep folder's sweep.json, as text
@@ -350,6 +353,10 @@ FOLDERS = [
     ("sweep grid of 10,100 points", ["sweep", NB, "--grid", "{d}/biggrid.json"],
      ["more than 10,000 points (101 x 100 so far)"]),
     ("sweep grid a folder", ["sweep", NB, "--grid", "{d}/adir"], ["grid '{d}/adir'"]),
+    ("sweep grid a YAML bomb", ["sweep", NB, "--grid", "{d}/bomb.yaml"],
+     ["bomb.yaml: parameter 'e': its values hold more than 100,000 items"]),
+    ("sweep grid file of 2 MB", ["sweep", NB, "--grid", "{d}/huge.json"], ["a grid file holds at most 1,048,576 B"]),
+    ("sweep grid empty name", ["sweep", NB, "--grid", ""], ["grid must be a path"]),
     ("sweep --resume a file", ["sweep", NB, "--resume", "{d}/afile.txt"], ["resume folder '{d}/afile.txt' is a file"]),
     ("sweep --resume missing", ["sweep", NB, "--resume", "{d}/nothing"],
      ["resume folder '{d}/nothing' is not a folder"]),

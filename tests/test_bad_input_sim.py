@@ -119,8 +119,8 @@ TIER_NUMBERS = [  # budgets too large for a block count, NaN or infinite, zero-s
     ("cli", ["simulate", "--model", "qwen3-8b", "--hbm-gb", "1e300"], r"hbm.gb must lie in"),
     ("cli", ["simulate", "--model", "qwen3-8b", "--hbm-gb", "1", "--dram-gb", "inf"], r"dram.gb .*(finite|lie in)"),
     ("cli", ["simulate", "--model", "qwen3-8b", "--hbm-gb", "1", "--ttl-s", "nan"], r"--ttl-s must be a finite number|--ttl-s must lie in"),
-    ("cli", ["simulate", "--model", "qwen3-8b", "--hbm-gb", "1", "--ttl-s", "0"], r"ttl_s must lie in \(0"),
-    ("cli", ["simulate", "--model", "qwen3-8b", "--hbm-gb", "1", "--prefill-tps", "0"], r"prefill_tokens_per_s"),
+    ("cli", ["simulate", "--model", "qwen3-8b", "--hbm-gb", "1", "--ttl-s", "0"], r"--ttl-s must lie in \(0"),
+    ("cli", ["simulate", "--model", "qwen3-8b", "--hbm-gb", "1", "--prefill-tps", "0"], r"--prefill-tps must lie in \(0"),
 ]
 
 

@@ -61,9 +61,10 @@ def register(sub) -> None:
     m.add_argument("--trace", default="synthetic",
                    help="'synthetic', a path, or a public trace by name (kvlab traces list; e.g. mooncake-conversation)")
     m.add_argument("--model", required=True)
-    m.add_argument("--hbm-gb", type=_number("--hbm-gb"), required=True, help="KV budget in HBM, GB")
-    m.add_argument("--dram-gb", type=_number("--dram-gb"), default=0.0)
-    m.add_argument("--ssd-gb", type=_number("--ssd-gb"), default=0.0)
+    m.add_argument("--hbm-gb", type=_number("--hbm-gb"), required=True,
+                   help="KV budget in HBM, GB (at most kvlab.sim.tiering.MAX_GB, 1e9)")
+    m.add_argument("--dram-gb", type=_number("--dram-gb"), default=0.0, help="KV budget in host DRAM, GB")
+    m.add_argument("--ssd-gb", type=_number("--ssd-gb"), default=0.0, help="KV budget on SSD, GB")
     names = policy_names()
     m.add_argument("--policy", default="lru", choices=names, help="eviction policy of every tier (default lru)")
     m.add_argument("--dram-policy", default=None, choices=names, help="DRAM's policy (default: --policy)")
@@ -72,9 +73,10 @@ def register(sub) -> None:
                    help="store every block (all) or only from its second access (second), in every tier")
     m.add_argument("--dram-admission", default=None, choices=list(ADMISSIONS), help="DRAM's (default: --admission)")
     m.add_argument("--ssd-admission", default=None, choices=list(ADMISSIONS), help="SSD's (default: --admission)")
-    m.add_argument("--ttl-s", type=_number("--ttl-s"), default=None, help="host DRAM TTL in seconds (default none)")
+    m.add_argument("--ttl-s", type=_number("--ttl-s", 0.0, lo_open=True), default=None,
+                   help="host DRAM TTL in seconds (default none)")
     add_gpu(m, required=False, default="H100", what="bandwidths for the TTFT estimate, and memory --hbm-gb fits in")
-    m.add_argument("--prefill-tps", type=_number("--prefill-tps"), default=10_000.0,
+    m.add_argument("--prefill-tps", type=_number("--prefill-tps", 0.0, lo_open=True), default=10_000.0,
                    help="prefill tokens/s for recomputed tokens (assumption; default 10,000)")
     m.add_argument("--kv-format", default=None)
     m.add_argument("--seed", type=_count("--seed"), default=None,

@@ -24,13 +24,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ..checks import need_int, need_out_dir, short as _short
+from ..checks import need_int, need_out_dir, need_path, short as _short
 from ..errors import ParameterError
 
 SWEEP_FILE = "sweep.json"  # the sweep folder's record: notebook, grid, points, status, failures
 TABLE = "results"  # results.csv and results.parquet
 MAX_POINTS = 10_000  # points one grid may hold (its product is counted before any point is made)
 MAX_WORKERS = 256  # worker processes of a local cluster
+MAX_GRID_BYTES = 1 << 20  # a grid file's size
+MAX_VALUE_NODES = 100_000  # items in one parameter's values, nested ones counted
 
 
 @dataclass(frozen=True)
@@ -71,11 +73,15 @@ class SweepInterrupted(KeyboardInterrupt):
 # --- grids ---------------------------------------------------------------------------------------------------------
 
 def read_grid(path: str | Path) -> dict[str, list]:
-    """A grid file (.yaml, .yml or .json): parameter -> list of values (a single value counts as a list of one)."""
-    p = Path(path)
+    """A grid file (.yaml, .yml or .json, at most MAX_GRID_BYTES): parameter -> list of values (a single value counts
+    as a list of one)."""
+    p = need_path("grid", path)
     if p.suffix.lower() not in (".yaml", ".yml", ".json"):
-        raise ParameterError(f"grid {str(p)!r}: expected a .yaml, .yml or .json file")
+        raise ParameterError(f"grid {_short(str(p), 240)}: expected a .yaml, .yml or .json file")
     try:
+        if p.is_file() and p.stat().st_size > MAX_GRID_BYTES:
+            raise ParameterError(f"grid {str(p)!r}: {p.stat().st_size:,} B; a grid file holds at most "
+                                 f"{MAX_GRID_BYTES:,} B")
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ParameterError(f"grid {str(p)!r}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
@@ -103,12 +109,29 @@ def check_grid(raw, where: str = "grid") -> dict[str, list]:
         values = list(v) if isinstance(v, (list, tuple)) else [v]
         if not values:
             raise ParameterError(f"{where}: parameter {k!r} has an empty list of values")
+        if _nodes(values, MAX_VALUE_NODES) > MAX_VALUE_NODES:  # YAML aliases can nest a small file into billions
+            raise ParameterError(f"{where}: parameter {k!r}: its values hold more than {MAX_VALUE_NODES:,} items "
+                                 "in all (nested lists and mappings, aliases counted each time they appear)")
         grid[k] = values
         n *= len(values)
         if n > MAX_POINTS:
             raise ParameterError(f"{where}: the grid's product holds more than {MAX_POINTS:,} points "
                                  f"({' x '.join(str(len(x)) for x in grid.values())} so far); split the sweep")
     return grid
+
+
+def _nodes(v, budget: int) -> int:
+    """Items in a nested value (lists, tuples, mappings), counted until `budget` is passed."""
+    n, stack = 0, [v]
+    while stack and n <= budget:
+        x = stack.pop()
+        n += 1
+        if isinstance(x, dict):
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        elif isinstance(x, (list, tuple, set)):
+            stack.extend(x)
+    return n
 
 
 def point_folder(params: dict) -> str:
