@@ -321,12 +321,18 @@ FETCH = [  # (setup, words)
     ("download fails", lambda d: (d / "mirror/tiny_trace.jsonl").unlink(), ["cannot download tiny from file:"]),
     ("download corrupt", lambda d: (d / "mirror/tiny_trace.jsonl").write_text("{}\n"),
      ["does not match its published checksum", "nothing was saved"]),
+    ("the mirror holds a folder", lambda d: os.environ.__setitem__("KVLAB_TRACE_MIRROR", str(d)),
+     ["cannot download tiny from file:", "tiny_trace.jsonl"]),
+    ("a mirror URL with a control character", lambda d: os.environ.__setitem__("KVLAB_TRACE_MIRROR", "http://\x01x"),
+     ["cannot download tiny from http://", "control characters"]),
 ]
 
 
 @pytest.mark.parametrize("desc, setup, words", FETCH, ids=[c[0] for c in FETCH])
 def test_fetch_checks_paths_first_and_leaves_nothing(desc, setup, words, d, capsys, monkeypatch):
-    monkeypatch.setenv("KVLAB_DATA", os.environ["KVLAB_DATA"])  # restored after the case
+    for k in ("KVLAB_DATA", "KVLAB_TRACE_MIRROR"):
+        monkeypatch.setenv(k, os.environ[k])  # restored after the case
+    (d / "tiny_trace.jsonl").mkdir()  # for the mirror that is the case folder: the file's name is a folder there
     setup(d)
     refused(["traces", "fetch", "tiny"], d, capsys, words)
 

@@ -21,6 +21,7 @@ Sources (each URL pins the commit the checksum was taken from):
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import urllib.error
 import urllib.request
@@ -229,7 +230,7 @@ def fetch(name: str, force: bool = False, timeout_s: float = 60.0) -> Path:
             with urllib.request.urlopen(url, timeout=timeout_s) as resp, open(tmp, "wb") as out:
                 for chunk in iter(lambda: resp.read(1 << 20), b""):
                     out.write(chunk)
-        except (urllib.error.URLError, OSError, ValueError) as e:
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
             reason = getattr(e, "reason", None) or getattr(e, "strerror", None) or e
             raise FetchError(f"cannot download {t.name} from {url} ({reason}); offline? download that file by hand "
                              f"and save it as {dest} ({expected(t)})") from None
