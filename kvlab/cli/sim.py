@@ -20,10 +20,22 @@ def load_cli_trace(args, block_tokens: int | None = None):
     return load_trace(args.trace, limit=args.limit, **kw)
 
 
+def _unused_tier_options(args) -> None:
+    """Options of a tier whose budget is 0 would change nothing: refused, not ignored."""
+    for tier, gb, opts in (("DRAM", args.dram_gb, ("dram_policy", "dram_admission", "ttl_s")),
+                           ("SSD", args.ssd_gb, ("ssd_policy", "ssd_admission"))):
+        given = [o for o in opts if getattr(args, o) is not None]
+        if gb == 0 and given:
+            opt = "--" + given[0].replace("_", "-")
+            raise ArgError(f"{opt} applies to the {tier} tier, which --{tier.lower()}-gb leaves at 0 GB: give "
+                           f"--{tier.lower()}-gb too, or leave {opt} out")
+
+
 def cmd_simulate(args) -> int:
     from ..errors import ParameterError
     from ..serving.native import kv_caveat
     from ..sim.tiering import make_tiers, simulate
+    _unused_tier_options(args)
     gpu = gpu_of(args)
     if args.hbm_gb * 1e9 > gpu.hbm_bytes:
         raise ParameterError(f"--hbm-gb {args.hbm_gb:g} is more than {gpu.name}'s memory ({gpu.memory_label()}); "

@@ -281,10 +281,12 @@ def run_sweep(notebook: str, grid: dict | str | Path | None = None, out_root: st
     if scheduler is not None:
         scheduler = check_scheduler(scheduler)
     before = None
+    where = "grid"  # where the grid comes from, for its errors
     if resume is not None:
         folder = need_out_dir("resume folder", resume)
         before = read_record(folder, stem)
-        grid = before["grid"] if grid is None else grid
+        if grid is None:
+            grid, where = before["grid"], f"{folder / SWEEP_FILE}: field 'grid':"
     elif grid is None:
         raise ParameterError("a sweep needs a grid (a .yaml or .json file of parameter -> values)")
     else:
@@ -293,7 +295,7 @@ def run_sweep(notebook: str, grid: dict | str | Path | None = None, out_root: st
     declared = declared_parameters(path)
     unknown = [k for k in grid if k not in declared]
     if unknown:
-        raise ParameterError(f"grid parameter {unknown[0]!r} is not declared by {stem} "
+        raise ParameterError(f"{where} parameter {unknown[0]!r} is not declared by {stem} "
                              f"(its parameters: {', '.join(declared) or 'none'})")
     points = grid_points(grid)
     done = {}

@@ -180,7 +180,7 @@ def analyze(trace: Trace, model: str | None = None, policies=None, points: int =
         given = "kv_format" if kv_format is not None else "scheme"
         raise ParameterError(f"{given} sets the bytes per token that capacities are priced in, so it needs a model; "
                              "give model too (or leave it out: capacities in blocks and tokens)")
-    names = policy_names() if policies is None else [get_policy(p).name for p in policies]
+    names = policy_names() if policies is None else list(dict.fromkeys(get_policy(p).name for p in policies))
     points = need_int("points", points, 2, 10_000)
     bb = block_bytes(model, trace.block_tokens, scheme, kv_format) if model is not None else None
     ix = LruIndex.build(trace)
@@ -245,7 +245,7 @@ def _capacity_from_curve(trace, policy, caps, rates, target, admission):
 def policy_table(trace: Trace, capacities, policies=None, admission: str = "all") -> list[dict]:
     """One row per policy and capacity (blocks): blocks found cached (libCacheSim's hits), prefix-hit blocks and
     tokens, and both hit rates. A capacity below a policy's smallest (S3-FIFO's) gives None counts and NaN rates."""
-    names = policy_names() if policies is None else [get_policy(p).name for p in policies]
+    names = policy_names() if policies is None else list(dict.fromkeys(get_policy(p).name for p in policies))
     caps = np.array([need_int("capacity (blocks)", c, 1) for c in np.atleast_1d(capacities).tolist()], np.int64)
     rows = []
     for p in names:
