@@ -39,6 +39,7 @@ TRACES_DIR = catalog.MIRROR_DIR  # a developer's local mirror only (a user's clo
 MOONCAKE_BLOCK_TOKENS = 512  # Mooncake hashes 512-token blocks (FAST'25 traces README)
 MAX_TOKENS = 2**40  # largest prompt or output length accepted from a trace (token sums stay exact in int64)
 MAX_HASH = 2**63  # hash ids are stored as int64
+MAX_SYNTHETIC_ACCESSES = 10_000_000  # block accesses the synthetic workload may make (its default makes 85,156)
 
 
 class TraceError(KvlabError):
@@ -412,6 +413,7 @@ def synthetic_agent_trace(seed: int = 0, workload: AgentWorkload | None = None, 
     reqs = []  # (time, session, input, output, blocks)
     start = 0.0
     fresh = 0
+    made = 0  # block accesses so far
     for s in range(w.sessions):
         start += rng.exponential(1 / w.session_rate_per_s)
         tools = int(rng.integers(w.toolsets)) if w.toolsets else 0
@@ -422,9 +424,15 @@ def synthetic_agent_trace(seed: int = 0, workload: AgentWorkload | None = None, 
         for _ in range(n_turns):
             if ctx > w.max_context:
                 break
+            n_ctx_blocks = cdiv(ctx, B)
+            made += n_ctx_blocks
+            if made > MAX_SYNTHETIC_ACCESSES:  # before the memory goes: 1-token blocks would make 43 million
+                raise ParameterError(f"the synthetic workload would make more than {MAX_SYNTHETIC_ACCESSES:,} block "
+                                     f"accesses ({w.sessions:,} sessions of blocks of {B:,} tokens); raise "
+                                     "block_tokens or lower sessions")
             out = max(1, int(rng.exponential(w.output_tokens)))
             blocks = []
-            for k in range(cdiv(ctx, B)):
+            for k in range(n_ctx_blocks):
                 end = (k + 1) * B
                 if end > ctx:  # partial last block: content still changing
                     key = ("p", fresh)
