@@ -280,7 +280,6 @@ def run_sweep(notebook: str, grid: dict | str | Path | None = None, out_root: st
     workers = need_int("workers", default_workers() if workers is None else workers, 1, MAX_WORKERS)
     if scheduler is not None:
         scheduler = check_scheduler(scheduler)
-    before = None
     where = "grid"  # where the grid comes from, for its errors
     if resume is not None:
         folder = need_out_dir("resume folder", resume)
@@ -312,8 +311,9 @@ def run_sweep(notebook: str, grid: dict | str | Path | None = None, out_root: st
         record = {"notebook": stem, "notebook_path": str(path), "grid": grid, "status": "running",
                   "started": _now(), "points": [{"folder": p.folder, "params": p.params} for p in points]}
         _write_json(folder / SWEEP_FILE, record)
+        running = {p.folder for p in todo}
         for p in points:
-            if p not in todo:
+            if p.folder not in running:
                 sweep.status[p.folder] = "ok"
                 sweep.skipped += 1
         log(f"sweep {stem}: {len(points)} points in {folder} ({sweep.skipped} done before, {len(todo)} to run)")
