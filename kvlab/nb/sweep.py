@@ -224,15 +224,19 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def check_scheduler(address) -> str:
-    """A dask scheduler address as dask reads it (tcp://host:port, host:port, ...), checked before anything runs."""
+    """A dask scheduler address (tcp://host:port or tls://host:port; host:port means tcp), checked before anything
+    runs: the host named, the port in 1-65535."""
     from distributed.comm.addressing import parse_address, parse_host_port
 
     if not isinstance(address, str) or not address.strip() or len(address) > 1000 or not address.isprintable():
         raise ParameterError(f"scheduler must be an address like tcp://host:8786, got {_short(address)}")
     try:
         scheme, loc = parse_address(address.strip())
-        if scheme in ("tcp", "tls", "ws", "wss"):
-            parse_host_port(loc)
+        if scheme not in ("tcp", "tls"):
+            raise ValueError(f"kvlab reaches a scheduler over tcp:// or tls://, not {scheme}://")
+        host, port = parse_host_port(loc)
+        if not host or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ValueError("the host must be named and the port lie in 1-65535")
     except (ValueError, TypeError) as e:
         raise ParameterError(f"scheduler {_short(address)} is not a dask address like tcp://host:8786 "
                              f"({str(e).splitlines()[0][:120]})") from None
@@ -246,7 +250,7 @@ def _client(workers: int, scheduler: str | None):
     if scheduler:
         try:
             return Client(scheduler, timeout="10s"), None
-        except (OSError, TimeoutError, ValueError) as e:
+        except (OSError, TimeoutError, ValueError, TypeError) as e:
             raise ParameterError(f"cannot reach the dask scheduler at {scheduler!r}: "
                                  f"{str(e).splitlines()[0][:200]}") from None
     cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
