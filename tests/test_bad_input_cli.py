@@ -68,6 +68,7 @@ FILES = {  # name -> text (bytes as they are); None: a folder
     "afile.txt": "not a folder\n",
     "tiny.ipynb": None,  # made by the fixture (a notebook declaring x)
     "grid.json": json.dumps({"x": [1, 2]}),
+    "grid01.json": json.dumps({"model": ["qwen3-8b"], "context_tokens": [1000, 0]}),
     "biggrid.json": json.dumps({"x": list(range(101)), "y": list(range(100))}),
     "bomb.yaml": "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(  # a billion laughs: 10**8 items from 8 lines
         f"{c}: &{c} [{', '.join([f'*{b}'] * 10)}]\n" for b, c in zip("abcdefg", "bcdefgh")),
@@ -401,6 +402,14 @@ FOLDERS = [
      ["undeclared/sweep.json: field 'grid': parameter 'y' is not declared by tiny"]),
     ("sweep.json points outside", ["sweep", NB, "--resume", "{d}/sweeps/points_escape"],
      ["points_escape/sweep.json: field 'points' names a folder outside the sweep: '../x'"]),
+    ("run a bad parameter", ["run", "01", "-p", "context_tokens", "0"],
+     ["01_kv_bytes_per_token: parameter context_tokens must be an integer >= 1, got 0"]),
+    ("run an unknown model", ["run", "01", "-p", "model", "gpt-7"],
+     ["01_kv_bytes_per_token: parameter model", "gpt-7"]),
+    ("run a missing trace", ["run", "07", "-p", "trace", "{d}/missing.jsonl"],
+     ["07_tiering_on_traces: parameter trace"]),
+    ("sweep a bad point", ["sweep", "01", "--grid", "{d}/grid01.json"],
+     ["grid point model=\"qwen3-8b\" context_tokens=0: 01_kv_bytes_per_token: parameter context_tokens must be"]),
     ("run --out on a file", ["run", NB, "--out", "{d}/afile.txt"], ["'{d}/afile.txt' is a file, not a folder"]),
     ("run --out under a file", ["run", NB, "--out", "{d}/afile.txt/runs"], ["lies under '{d}/afile.txt'"]),
     ("run --out unwritable", ["run", NB, "--out", "/proc/kvlab-nowhere"], ["cannot write in '/proc'"]),

@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..checks import need_out_dir, short
-from ..errors import ParameterError, WrongTypeError
+from ..errors import KvlabError, ParameterError, WrongTypeError
 from ..resources import package_dir
 from .record import INTERRUPTED_TAG, read_results
 
@@ -83,6 +83,50 @@ def declared_parameters(path: Path) -> dict:
     except Exception as e:  # nbformat / json / UnicodeDecode errors of a broken file
         raise ParameterError(f"{path}: not a readable notebook ({type(e).__name__}: "
                              f"{str(e).splitlines()[0][:160] if str(e) else ''})") from None
+
+
+_GLUE = re.compile(r"from (kvlab\.nb\.\w+) import (\w+Params)\n\nparams = \2\.of\(globals\(\)\)")
+
+
+def check_parameters(path: Path, parameters: dict) -> None:
+    """Before any kernel starts: a kvlab notebook's parameters dataclass (the cell after `parameters` names it,
+    kvlab.nb.params) built from the declared defaults and `parameters`, in the notebook's folder as its kernel would,
+    so that a bad value is refused in one line naming the notebook and the parameter, and no run folder is made. A
+    notebook without that cell is checked by its own first cells, in its run."""
+    import contextlib
+    import importlib
+    import io
+    import warnings
+
+    import nbformat
+
+    if not parameters:
+        return
+    try:
+        code = [c for c in nbformat.read(str(path), as_version=4).cells if c.cell_type == "code"]
+        i = next(k for k, c in enumerate(code) if "parameters" in c.metadata.get("tags", []))
+        m = _GLUE.match(code[i + 1].source)
+        if m is None:
+            return
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):  # third-party import chatter is not the user's output
+            warnings.simplefilter("ignore")
+            cls = getattr(importlib.import_module(m[1]), m[2])
+            ns: dict = {}
+            exec(compile(code[i].source, f"{path.name}: parameters", "exec"), ns)  # the declared defaults
+    except Exception:  # not a kvlab notebook's layout: its own first cells check it when it runs
+        return
+    ns.update(parameters)
+    here = os.getcwd()
+    try:
+        os.chdir(path.parent)  # relative paths among the parameters mean what they mean to the kernel
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cls.of(ns)
+    except KvlabError as e:
+        raise ParameterError(f"{path.stem}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+    finally:
+        os.chdir(here)
 
 
 def kernel_name() -> str:
@@ -324,6 +368,8 @@ def run_notebooks(names: list[str] | None = None, parameters: dict | None = None
     if unknown:
         raise ParameterError(f"parameter {unknown[0]!r} is not declared by any selected notebook "
                              f"({', '.join(p.stem for p in paths)})")
+    for p in paths:
+        check_parameters(p, {k: v for k, v in parameters.items() if k in declared[p]})
     root = _check_root(out_root)
     _mark_abandoned(root, log)
     run_dir = new_run_dir(root)

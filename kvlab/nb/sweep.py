@@ -274,7 +274,7 @@ def run_sweep(notebook: str, grid: dict | str | Path | None = None, out_root: st
     workers, the scheduler's address, the output folder (a folder kvlab can write in) or the resumed sweep's record
     (each field named when it is wrong); the cluster is reached or started next, and only then is the sweep folder
     made."""
-    from .runner import check_out_root, declared_parameters, new_run_dir, resolve
+    from .runner import check_out_root, check_parameters, declared_parameters, new_run_dir, resolve
 
     path = resolve([notebook])[0]
     stem = path.stem
@@ -301,6 +301,11 @@ def run_sweep(notebook: str, grid: dict | str | Path | None = None, out_root: st
         raise ParameterError(f"{where} parameter {unknown[0]!r} is not declared by {stem} "
                              f"(its parameters: {', '.join(declared) or 'none'})")
     points = grid_points(grid)
+    for p in points:  # every point's values through the notebook's own checks, before any cluster or folder
+        try:
+            check_parameters(path, p.params)
+        except ParameterError as e:
+            raise ParameterError(f"{where} point {_describe(p.params)[:200]}: {e}") from None
     done = {}
     if resume is not None:
         done = {p.folder: point_outcome(folder / p.folder, stem) for p in points}
