@@ -36,6 +36,8 @@ FILES = {  # name -> text (bytes as they are); None: a folder
     "good.jsonl": GOOD_JSONL,
     "zero_in.jsonl": jl({}, {"timestamp": 5, "input_length": 0, "hash_ids": []}),
     "zero_out.jsonl": jl({"output_length": 0}),
+    "zero_twice.jsonl": jl({}, {"timestamp": 5, "input_length": 0, "hash_ids": []},
+                           {"timestamp": 6, "output_length": 0}),
     "back.jsonl": jl({"timestamp": 900}, {"timestamp": 100}),
     "nofield.jsonl": jl({}, '{"timestamp": 1, "input_length": 10, "hash_ids": [1]}'),
     "strlen.jsonl": jl({}, {"input_length": "1000"}),
@@ -152,8 +154,11 @@ SERVE = ["--model", "qwen3-8b", "--gpu", "H100"]
 
 # --- the trace readers: the file, the line and the field, whatever command reads the trace -----------------------
 READERS = [
-    ("zero input", "zero_in.jsonl", ["zero_in.jsonl: line 2: field 'input_length'", "got 0", "zero-length"]),
-    ("zero output", "zero_out.jsonl", ["zero_out.jsonl: line 1: field 'output_length'", "got 0"]),
+    ("zero input", "zero_in.jsonl", ["zero_in.jsonl: line 2: request 2 has 0 input and 10 output tokens: field "
+                                     "'input_length' must be at least 1", "zero-length"]),
+    ("zero output", "zero_out.jsonl", ["zero_out.jsonl: line 1: request 1 has 1,000 input and 0 output tokens",
+                                       "field 'output_length' must be at least 1"]),
+    ("zero twice", "zero_twice.jsonl", ["line 2: request 2 has 0 input and 10 output tokens (2 such requests)"]),
     ("time backwards", "back.jsonl", ["back.jsonl: line 2: field 'timestamp': goes backwards"]),
     ("missing field", "nofield.jsonl", ["line 2: field 'output_length': missing"]),
     ("length as text", "strlen.jsonl", ["line 2: field 'input_length'", "'1000'"]),
@@ -171,8 +176,10 @@ READERS = [
     ("empty file", "empty.jsonl", ["empty.jsonl: no records"]),
     ("blank lines only", "blank.jsonl", ["blank.jsonl: no records"]),
     ("Azure time backwards", "az_back.csv", ["az_back.csv: line 3: field 'TIMESTAMP': goes backwards"]),
-    ("Azure zero context", "az_zero_in.csv", ["az_zero_in.csv: line 3: field 'ContextTokens'", "got 0"]),
-    ("Azure zero output", "az_zero_out.csv", ["az_zero_out.csv: line 2: field 'GeneratedTokens'", "got 0"]),
+    ("Azure zero context", "az_zero_in.csv", ["az_zero_in.csv: line 3: request 2 has 0 input and 10 output tokens",
+                                              "field 'ContextTokens' must be at least 1"]),
+    ("Azure zero output", "az_zero_out.csv", ["az_zero_out.csv: line 2: request 1 has 100 input and 0 output",
+                                              "field 'GeneratedTokens' must be at least 1"]),
     ("Azure 1_000", "az_underscore.csv", ["line 2: field 'ContextTokens': not a whole number of tokens: '1_000'"]),
     ("Azure +100", "az_sign.csv", ["line 2: field 'ContextTokens'", "'+100'"]),
     ("Azure 100.0", "az_float.csv", ["line 2: field 'ContextTokens'", "'100.0'"]),
@@ -197,8 +204,8 @@ def test_trace_readers_name_the_file_line_and_field(desc, name, words, d, capsys
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
-@pytest.mark.parametrize("name, words", [("zero_in.jsonl", ["line 2: field 'input_length'", "got 0"]),
-                                         ("az_zero_out.csv", ["line 2: field 'GeneratedTokens'", "got 0"]),
+@pytest.mark.parametrize("name, words", [("zero_in.jsonl", ["line 2: request 2 has 0 input", "'input_length'"]),
+                                         ("az_zero_out.csv", ["line 2: request 1 has 100 input and 0 output tokens"]),
                                          ("az_back.csv", ["line 3: field 'TIMESTAMP': goes backwards"])])
 def test_every_command_sees_the_same_rule(command, name, words, d, capsys):
     # one rule in one place: simulate, analyze, serve-sim and plan refuse the same request with the same words

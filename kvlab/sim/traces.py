@@ -146,12 +146,35 @@ def _bad(path, line: int, field: str, msg: str):
 
 
 def _length(v, path, line, field):
-    """A request's token count: an integer in [1, MAX_TOKENS] (zero-length requests are refused, see above)."""
-    if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TOKENS:
-        why = " (a zero-length request has nothing to prefill or generate; kvlab refuses it)" if v == 0 and \
-            isinstance(v, int) else ""
-        _bad(path, line, field, f"must be an integer in [1, {MAX_TOKENS:,}], got {_short(v)}{why}")
+    """A request's token count as read: an integer in [0, MAX_TOKENS] (a zero is refused by `_Empty`, which counts
+    them first)."""
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_TOKENS:
+        _bad(path, line, field, f"must be an integer in [1, {MAX_TOKENS:,}], got {_short(v)}")
     return v
+
+
+class _Empty:
+    """Zero-length requests of one file: the first (its line, its record) and how many, refused once the file is
+    read (see the module docstring for why)."""
+
+    def __init__(self, path: Path):
+        self.path, self.first, self.count = path, None, 0
+
+    def see(self, line: int, record: int, n_in: int, n_out: int, fields: tuple[str, str]) -> None:
+        if n_in == 0 or n_out == 0:
+            self.count += 1
+            if self.first is None:
+                self.first = (line, record, n_in, n_out, fields[0] if n_in == 0 else fields[1])
+
+    def check(self) -> None:
+        if self.first is None:
+            return
+        line, record, n_in, n_out, field = self.first
+        more = f" ({self.count:,} such requests)" if self.count > 1 else ""
+        raise TraceError(f"{self.path}: line {line}: request {record:,} has {n_in:,} input and {n_out:,} output "
+                         f"tokens{more}: field {field!r} must be at least 1 (a zero-length request has nothing to "
+                         "prefill or generate: an engine serves no empty prompt and generates at least one token, "
+                         "so kvlab refuses it)")
 
 
 def _short(v) -> str:
@@ -193,6 +216,7 @@ def read_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS, l
     block_tokens = need_int("block_tokens", block_tokens, 1)
     limit = None if limit is None else need_int("limit", limit, 1)
     ts, inp, out, offs, ids = [], [], [], [0], []
+    empty = _Empty(path)
     with _open_bytes(path) as f:
         for ln, raw in _text_lines(path, f):
             if limit is not None and len(ts) >= limit:
@@ -218,6 +242,7 @@ def read_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS, l
                 _bad(path, ln, "timestamp", f"goes backwards ({t} ms after {ts[-1] * 1000:g} ms)")
             n_in = _length(r["input_length"], path, ln, "input_length")
             n_out = _length(r["output_length"], path, ln, "output_length")
+            empty.see(ln, len(ts) + 1, n_in, n_out, ("input_length", "output_length"))
             h = r["hash_ids"]
             if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < MAX_HASH
                                                   for x in h):
@@ -230,6 +255,7 @@ def read_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS, l
             out.append(n_out)
             ids.extend(h)
             offs.append(len(ids))
+    empty.check()
     if not ts:
         raise TraceError(f"{path}: no records")
     t0 = ts[0]
@@ -264,6 +290,7 @@ def read_azure(path: str | Path, limit: int | None = None) -> Trace:
     path = _open_trace(path)
     limit = None if limit is None else need_int("limit", limit, 1)
     ns, inp, out = [], [], []
+    empty = _Empty(path)
     with _open_bytes(path) as f:
         rows = csv.reader(line for _, line in _text_lines(path, f))
         try:
@@ -288,11 +315,13 @@ def read_azure(path: str | Path, limit: int | None = None) -> Trace:
                     if not _DIGITS.fullmatch(v.strip()):
                         _bad(path, ln, k, f"not a whole number of tokens: {_short(v)}")
                     vals.append(_length(int(v) if len(v.strip()) <= 40 else v.strip(), path, ln, k))
+                empty.see(ln, len(ns) + 1, vals[0], vals[1], AZURE_COLUMNS[1:])
                 ns.append(t)
                 inp.append(vals[0])
                 out.append(vals[1])
         except csv.Error as e:  # a field over csv's size limit, a stray quote
             raise TraceError(f"{path}: line {rows.line_num}: not a CSV record ({e})") from None
+    empty.check()
     if not ns:
         raise TraceError(f"{path}: no records")
     t = np.array([float(x - ns[0]) for x in ns]) / 1e9  # seconds from the first request, exact to the nanosecond
