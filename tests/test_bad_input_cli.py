@@ -261,6 +261,12 @@ OPTIONS = [
     ("trace name too long", SIM + ["x" * 5000], ["not a usable path"]),
     ("trace a folder", SIM + ["{d}/adir"], ["adir: is a directory, not a trace file"]),
     ("trace missing", ["analyze", "{d}/missing/none.jsonl"], ["not found: no such file, and not a catalog name"]),
+    ("step-time --prefill empty", ["step-time", "qwen3-8b", "--gpu", "H200", "--engine", "vllm", "--prefill", ""],
+     ["--prefill ''"]),
+    ("step-time --decode empty", ["step-time", "qwen3-8b", "--gpu", "H200", "--engine", "vllm", "--decode", ""],
+     ["--decode ''"]),
+    ("sessions --weight-gb 0", ["sessions", "qwen3-8b", "--gpu", "H200", "--context", "1000", "--weight-gb", "0"],
+     ["--weight-gb must lie in (0,"]),
 ]
 
 

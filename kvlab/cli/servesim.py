@@ -50,43 +50,13 @@ def _pricer(args, gpu):
 
 
 def _trace(args):
-    """The trace at --load x its offered load (synthetic: more users; a file: replayed faster), refused with its
-    file and line when a request has no prompt or no output token."""
-    from ..errors import ParameterError
-    from ..serving.simulator import empty_requests
+    """The trace at --load x its offered load (synthetic: more users; a file: replayed faster). A file's request
+    with no prompt or no output token is refused by the trace reader with its file and line (kvlab.sim.traces);
+    the simulator refuses one in a trace built in code (kvlab.serving.simulator.empty_requests)."""
     from ..serving.study import trace_at
     workload = {k: v for k, v in (("sessions", args.sessions), ("human_pause_median_s", args.human_pause_s))
                 if v is not None}
-    tr = trace_at(args.trace, args.load, limit=args.limit, seed=args.seed, **workload)
-    bad = empty_requests(tr)
-    if len(bad):
-        i = int(bad[0])
-        where = _record_line(args.trace, i)
-        more = f" ({len(bad):,} such requests)" if len(bad) > 1 else ""
-        raise ParameterError(f"{where}: request {i + 1:,} has {int(tr.input_tokens[i]):,} input and "
-                             f"{int(tr.output_tokens[i]):,} output tokens{more}: an engine serves no empty prompt and "
-                             "generates at least one token (vLLM refuses both), so kvlab does not serve it")
-    return tr
-
-
-def _record_line(name, index: int) -> str:
-    """'path: line N' of the index-th record of a trace file (blank lines skipped, a CSV's header on line 1, as
-    kvlab.sim.traces reads them); 'trace NAME, request N' when it is not a file."""
-    from ..errors import KvlabError
-    from ..sim.traces import trace_path
-    try:
-        path = trace_path(name)
-    except KvlabError:  # not a file (the synthetic workload)
-        return f"trace {name}, record {index + 1:,}"
-    seen = -1
-    with open(path, "rb") as f:
-        for ln, raw in enumerate(f, 1):
-            if path.suffix == ".csv" and ln == 1:
-                continue
-            seen += bool(raw.strip())
-            if seen == index:
-                return f"{path}: line {ln}"
-    return f"{path}: record {index + 1:,}"
+    return trace_at(args.trace, args.load, limit=args.limit, seed=args.seed, **workload)
 
 
 def _config(args, gpu, trace, tp: int, replicas: int = 1):

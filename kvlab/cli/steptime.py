@@ -16,8 +16,8 @@ def cmd_step_time(args) -> int:
     from ..serving.steptime import Step, parse_decode, parse_prefill, step_time
     if args.prefill is None and args.decode is None:
         raise ParameterError("give --prefill TOKENS[xBATCH][@CACHED], --decode BATCHxCONTEXT or both")
-    step = Step(prefill=parse_prefill(args.prefill) if args.prefill else (),
-                decode=parse_decode(args.decode) if args.decode else ())
+    step = Step(prefill=parse_prefill(args.prefill) if args.prefill is not None else (),
+                decode=parse_decode(args.decode) if args.decode is not None else ())
     weights = None if args.weight_gb is None else int(args.weight_gb * 1e9)
     gpu = gpu_of(args)
     src = step_time(args.model, gpu, args.engine, args.tp, args.kv_format, args.source, weights=weights)
