@@ -143,7 +143,8 @@ def register(sub) -> None:
     s.add_argument("--weight-shards", type=_count("--weight-shards", 1), default=None,
                    help="GPUs the weights are spread over (default: the deployment's GPUs; without --tp/--pp the "
                         "smallest of 1/2/4/8 leaving half the memory)")
-    s.add_argument("--weight-gb", type=_number("--weight-gb", 0, 1e6, lo_open=True), default=None, help="override the weight estimate")
+    s.add_argument("--weight-gb", type=_number("--weight-gb", 0, 1e6), default=None,
+                   help="override the weight estimate (GB; 0 asks what a pool with no weights beside it holds)")
     s.add_argument("--activation-gb", type=_number("--activation-gb", 0, 1e6), default=4.0)
     s.add_argument("--replay-probability", type=_number("--replay-probability", 0, 1), default=1.0,
                    help="chance a turn finds its host-resident window state expired (V4.1 replay)")
