@@ -22,7 +22,15 @@ def build_parser() -> Parser:
     return p
 
 
+# Third-party loggers whose import-time warnings are not the user's business: torchao's note that its CUDA kernels
+# do not load on this machine, torch's deprecation of pytree-registered Enums (torchao registers some).
+QUIET_LOGGERS = ("torchao", "torch.utils._pytree")
+
+
 def main(argv=None) -> int:
+    import logging
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)

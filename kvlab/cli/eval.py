@@ -5,7 +5,8 @@ import argparse
 import json
 import math
 
-from .args import count
+from ..quality.prompt import PROTOCOLS
+from .args import count, number
 
 
 def keep_budget(s: str) -> float | int:
@@ -20,11 +21,22 @@ def keep_budget(s: str) -> float | int:
     return v if v < 1 else int(v)
 
 
+def _real_tasks() -> list[str]:
+    from ..quality.tasks import TASKS
+    return list(TASKS)
+
+
+def _toy_tasks() -> list[str]:
+    from ..train.tasks import TASKS
+    return list(TASKS)
+
+
 def register(sub) -> None:
     p = sub.add_parser("eval", help="quality, bytes and speed of a model with a kvlab KV cache against BF16 "
                                     "DynamicCache")
-    p.add_argument("model", help="a model directory (save_pretrained output) or a Hugging Face Hub id "
-                                 "(HF_HUB_OFFLINE and the local cache are honoured)")
+    p.add_argument("model", help="a real model by name (kvlab pretrained list: smollm2-135m, gemma-3-270m), a GGUF "
+                                 "file, a model directory, a committed checkpoint name (qwen3-tiny, ...) or a Hugging "
+                                 "Face Hub id (HF_HUB_OFFLINE and the local cache are honoured)")
     p.add_argument("--kv-format", default=None, help="one kvlab format for K and V (default: the model's dtype)")
     p.add_argument("--k-format", default=None, help="format of keys (MLA: the latent)")
     p.add_argument("--v-format", default=None, help="format of values (MLA: the RoPE key)")
@@ -52,23 +64,105 @@ def register(sub) -> None:
     p.add_argument("--windows", type=count("--windows"), default=8,
                    help="held-out windows scored, each through a fresh cache (the intervals' n)")
     p.add_argument("--chunk", type=count("--chunk"), default=32, help="tokens per forward (1: token by token)")
-    p.add_argument("--task", default=None, help="also score a task: mqar, needle or vartrack")
-    p.add_argument("--samples", type=count("--samples"), default=8, help="task samples")
+    p.add_argument("--task", default=None, metavar="TASK",
+                   help="also score a task. On a real model, RULER's (generated offline, answered greedily): "
+                        f"{', '.join(_real_tasks())}; on the byte-level checkpoints trained here, their own "
+                        f"formats (teacher forced): {', '.join(_toy_tasks())}")
+    p.add_argument("--task-file", default=None, metavar="FILE.jsonl",
+                   help="score your own samples: JSON lines in kvpress's dataset columns (context, question, "
+                        "answer_prefix, answer (a string or a list), max_new_tokens), answered greedily")
+    p.add_argument("--task-tokens", type=count("--task-tokens", 64), default=1024,
+                   help="context tokens of each generated sample of a RULER task")
+    p.add_argument("--protocol", choices=PROTOCOLS, default="question_agnostic",
+                   help="question_agnostic (kvpress's pipeline): the context alone is compressed, the question read "
+                        "after it; question_aware: the question is inside the compressed context")
+    p.add_argument("--samples", type=count("--samples", 1), default=None,
+                   help="task samples: at least this many (RULER tasks: default 16, then more until --halfwidth; "
+                        "checkpoint tasks: default 8)")
+    p.add_argument("--halfwidth", type=number("--halfwidth", 0.001, 0.5), default=0.1,
+                   help="RULER tasks: draw samples in rounds until both accuracies' Wilson 95%% intervals are at "
+                        "most this wide on each side (default 0.1)")
+    p.add_argument("--max-samples", type=count("--max-samples", 1), default=96,
+                   help="RULER tasks: the most samples drawn while narrowing the intervals")
+    p.add_argument("--max-new-tokens", type=count("--max-new-tokens", 1), default=None,
+                   help="cap on tokens generated per answer (default: each sample's own; RULER's 128 / 30 / 120)")
+    p.add_argument("--seed", type=count("--seed"), default=0, help="seed of the text windows and the samples")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--decode-steps", type=count("--decode-steps"), default=32, help="timed decode steps")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (auto: cuda when available)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_eval)
 
 
+def _model_path(name: str) -> str:
+    """A registry name or GGUF file converted once (kvlab.hf.pretrained); a checkpoint name; else as given."""
+    from ..hf.pretrained import REGISTRY, resolve_model
+    from ..hf.quality import resolve_model as checkpoint
+    if name in REGISTRY or name.lower().endswith(".gguf"):
+        return str(resolve_model(name))
+    return checkpoint(name)
+
+
 def cmd_eval(args) -> int:
     from ..errors import ParameterError
-    from ..hf.evaluate import evaluate
+    from ..hf.evaluate import evaluate, load
+    from ..hf.quality import Setting
+    from ..quality.evaluate import evaluate as answer_all
+    from ..quality.evaluate import evaluate_task
     if args.kv_format and (args.k_format or args.v_format):
         raise ParameterError("give --kv-format, or --k-format and --v-format, not both")
+    if args.task and args.task_file:
+        raise ParameterError("give --task or --task-file, not both")
+    real = args.task in _real_tasks() or args.task_file is not None
+    if args.task is not None and not real and args.task not in _toy_tasks():
+        raise ParameterError(f"task must be one of RULER's (a real model) {', '.join(_real_tasks())} or a checkpoint's "
+                             f"{', '.join(_toy_tasks())}; got {args.task!r}")
+    from ..hf.mechanisms import parse_mechanism
+    from ..layout import kv_plan
+    kv_plan(args.kv_format, args.k_format, args.v_format, args.residual, args.block)  # checked before the model loads
+    parse_mechanism(args.mechanism)
+    if args.press is not None:
+        from ..hf.presses import make_plan
+        make_plan(args.press, args.keep, args.keep_bytes, args.press_mode)
+    samples = None
+    if args.task_file:
+        from ..quality.samples import read_samples
+        samples = read_samples(args.task_file)
+    model, tok = load(_model_path(args.model))
+    if real and (tok is None or not hasattr(tok, "decode") or model.config.vocab_size <= 256):
+        raise ParameterError(f"{args.task or args.task_file} is answered in text by a pretrained model: {args.model} "
+                             f"has no tokenizer of words (the byte-level checkpoints trained here take their own "
+                             f"tasks: {', '.join(_toy_tasks())})")
     r = evaluate(args.model, args.kv_format, args.k_format, args.v_format, args.residual, args.mechanism,
-                 tokens=args.tokens, task=args.task, samples=args.samples, chunk=args.chunk, block=args.block,
-                 decode_steps=args.decode_steps, device=args.device, windows=args.windows, press=args.press,
-                 keep=args.keep, keep_bytes=args.keep_bytes, press_mode=args.press_mode, context=args.context)
+                 tokens=args.tokens, task=None if real else args.task, samples=args.samples or 8, chunk=args.chunk,
+                 block=args.block, decode_steps=args.decode_steps, device=args.device, windows=args.windows,
+                 press=args.press, keep=args.keep, keep_bytes=args.keep_bytes, press_mode=args.press_mode,
+                 context=args.context, seed=args.seed, model=model, tokenizer=tok)
+    if real:
+        opts = dict(kv_format=args.kv_format, k_format=args.k_format, v_format=args.v_format, residual=args.residual,
+                    block=args.block, mechanism=args.mechanism, press=args.press, keep=args.keep,
+                    keep_bytes=args.keep_bytes, press_mode=args.press_mode)
+        mine = Setting("setting", "kvlab", {k: v for k, v in opts.items() if v is not None})
+        ref = Setting("reference", "kvlab", {})
+        progress = not args.no_progress and not args.json
+        if samples is not None:
+            scores = answer_all(model, tok, samples, [mine, ref], args.protocol, args.max_new_tokens,
+                                progress=progress)
+            label, n_drawn = args.task_file, len(samples)
+        else:
+            run = evaluate_task(model, tok, args.task, args.task_tokens, [mine, ref], seed=args.seed,
+                                samples=args.samples or 16, halfwidth=args.halfwidth, max_samples=args.max_samples,
+                                protocol=args.protocol, max_new_tokens=args.max_new_tokens, progress=progress)
+            scores, label, n_drawn = run.scores, args.task, len(run.samples)
+        a, b = scores["setting"], scores["reference"]
+        ch = a.change(b, seed=args.seed)
+        r.task, r.samples, r.answers = label, n_drawn, a.n
+        r.accuracy, r.accuracy_ci = a.accuracy, a.accuracy_ci
+        r.reference_accuracy, r.reference_accuracy_ci = b.accuracy, b.accuracy_ci
+        r.accuracy_change, r.accuracy_change_ci = ch.value, ch.pair()
+        r.protocol, r.task_tokens = args.protocol, None if samples is not None else args.task_tokens
+        r.task_held_bytes, r.task_reference_bytes = a.context_bytes, b.context_bytes
+        r.task_bytes_match = a.matches
     if args.json:
         print(json.dumps(r.as_dict(), indent=2))
         return 0
@@ -82,8 +176,13 @@ def cmd_eval(args) -> int:
           f"{r.perplexity_change:+.2%} [{clo:+.2%}, {chi:+.2%}]{', within noise' if r.within_noise else ''})")
     if r.task:
         a, b = r.accuracy_ci, r.reference_accuracy_ci
+        how = (f"; protocol {r.protocol}, greedy, change {r.accuracy_change:+.3f} [{r.accuracy_change_ci[0]:+.3f}, "
+               f"{r.accuracy_change_ci[1]:+.3f}] paired" if r.protocol else "; teacher forced")
         print(f"  {r.task:<12} {r.accuracy:10.3f}   [{a[0]:.3f}, {a[1]:.3f}]  ({ref} {r.reference_accuracy:.3f} "
-              f"[{b[0]:.3f}, {b[1]:.3f}]; {r.answers} answers in {r.samples} samples)")
+              f"[{b[0]:.3f}, {b[1]:.3f}]; {r.answers} answers in {r.samples} samples{how})")
+        if r.task_held_bytes is not None:
+            print(f"  context held {r.task_held_bytes:10,}   (mean per sample; {ref} {r.task_reference_bytes:,}; "
+                  f"predicted {'equal' if r.task_bytes_match else 'DIFFERENT'})")
     print(f"  held bytes   {r.held_bytes:10,}   (predicted {r.predicted_bytes:,}; {ref} {r.reference_bytes:,})")
     lo, hi = r.decode_tokens_per_s_range
     print(f"  decode       {r.decode_tokens_per_s:10.1f} tokens/s ({lo:.1f}-{hi:.1f}; {ref} "

@@ -279,6 +279,7 @@ class KvlabLayer(CacheLayerMixin):
         self._pos: torch.Tensor | None = None  # with a press: [B, Hkv, n] positions of the tokens held at the last
         # pruning (None: never pruned); the tokens after them are the newest (`positions`)
         self.readable: torch.Tensor | None = None  # [B, Hkv, held] slots attention reads (None: all)
+        self.seen: list | None = None  # while a context is prefilled for reuse (kvlab.hf.context): each update's K/V
 
     def _stored(self, role: str) -> Component:
         return next(c for c in self.plan.components if c.role == role)
@@ -301,6 +302,8 @@ class KvlabLayer(CacheLayerMixin):
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
+        if self.seen is not None:
+            self.seen.append((key_states, value_states))
         before = self.cumulative_length
         self.cumulative_length += key_states.shape[-2]
         if self.kind == "mla":
@@ -357,7 +360,7 @@ class KvlabLayer(CacheLayerMixin):
             b, h = shape
             new = torch.ones(b, h, self.cumulative_length - before, dtype=torch.bool, device=self.device)
             self.readable = torch.cat([self.readable, new], dim=2)
-        elif run.forwards and run.plan.mode == "prefill":
+        elif run.done():
             return  # the context is compressed and every head reads all it holds: plain SDPA, nothing to hand over
         run.read = False
         attn_kwargs["kvlab_press"] = run
@@ -508,6 +511,38 @@ class KvlabCache(Cache):
         self._last = layer.keys_info
         self._due = layer.press_run
         return out
+
+    def load_context(self, context) -> "KvlabCache":
+        """Hold a context prefilled once (`kvlab.hf.context.prefill`) as this cache holds it: each layer's K/V stored
+        in its formats, and, with a press, compressed once by it, scored from the prefill's queries and the keys
+        as this cache holds them. The cache ends where a forward of the context through it would leave it, had its
+        attention read the context at the model's precision (the question-agnostic protocol: kvlab.quality.prompt).
+        Returns the cache."""
+        if not all(hasattr(context, a) for a in ("keys", "values", "queries", "scaling", "mechanism")):
+            raise ParameterError(f"load_context takes a kvlab.hf.context.Context, got {type(context).__name__}")
+        if self.tokens:
+            raise ParameterError(f"load_context fills an empty cache; this one holds {self.tokens:,} tokens")
+        if len(context.keys) != len(self.layers):
+            raise ParameterError(f"the context was prefilled through {len(context.keys)} layers; this cache has "
+                                 f"{len(self.layers)} (another model?)")
+        if context.mechanism != self.mech.label():
+            raise ParameterError(f"the context was prefilled with mechanism {context.mechanism}; this cache reads "
+                                 f"{self.mech.label()} (a mechanism changes the prefill's attention: prefill with it)")
+        if self.press is not None and self.press.press.needs and not context.queries:
+            raise ParameterError(f"press {self.press.label()} scores with the prefill's queries: prefill with "
+                                 "queries=True")
+        for i, (k, v) in enumerate(zip(context.keys, context.values)):
+            attn = {}  # what attention would be handed; the prefill's own attention already ran
+            keys, values = self.update(k, v, i, kwargs=attn)
+            if self._last is not None:
+                self._last.read = True
+            run = self.layers[i].press_run
+            if run is not None:
+                q = context.queries.get(i)
+                run.after(q, keys, values, context.scaling.get(i, keys.shape[-1] ** -0.5))
+                run.forwards += 1
+                run.read = True
+        return self
 
     @property
     def runs(self) -> list[PressRun]:

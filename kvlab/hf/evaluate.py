@@ -56,7 +56,8 @@ def load(name: str, dtype: torch.dtype = torch.bfloat16):
     if not local and (name.startswith((".", "/", "~")) or name.count("/") > 1 or p.exists()):
         raise ModelLoadError(f"cannot load {name!r}: no such model directory")
     src = str(p) if local else name
-    _register_kvlab_models()
+    with quiet():  # kvlab's V4.1-like model imports torchao, whose import logs warnings about CUDA kernels
+        _register_kvlab_models()
     try:
         with quiet():
             model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, local_files_only=local)
@@ -257,6 +258,13 @@ class EvalResult:
     notes: list[str] = field(default_factory=list)  # caveats
     press: str | None = None  # a press and its budget ('snapkv keep 0.25'), if any (kvlab.hf.presses)
     context: int | None = None  # with a press: the tokens of each window prefilled as its context
+    protocol: str | None = None  # a generated-answer task: kvlab.quality.prompt's protocol (None: teacher forced)
+    task_tokens: int | None = None  # a RULER task: context tokens per sample
+    accuracy_change: float | None = None  # accuracy - reference accuracy on the same samples
+    accuracy_change_ci: list | None = None  # [low, high]: its paired bootstrap 95% interval (seeded)
+    task_held_bytes: int | None = None  # mean bytes the cache held once a sample's context was in it (measured)
+    task_reference_bytes: int | None = None  # the same for the reference
+    task_bytes_match: bool | None = None  # kvlab's prediction equal to the measured bytes on every sample
 
     def as_dict(self) -> dict:
         d = asdict(self)

@@ -26,6 +26,10 @@ class PressRun:
         self.state: dict = {}  # the press's own per-slot state ([B, Hkv, T] tensors are pruned with the slots)
         self.read = True  # False between an update and the attention that consumes it
 
+    def done(self) -> bool:
+        """A prefill-mode press whose context is compressed: later forwards hand attention nothing."""
+        return bool(self.forwards) and self.plan.mode == "prefill"
+
     def attend(self, module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
                **kwargs):
         """The model's attention on the held tokens ([B, S, H, Dv], None), then this layer's press."""
@@ -47,9 +51,11 @@ class PressRun:
         return out
 
     def inputs(self, query, key, value, scale: float) -> PressInput:
-        q = query.shape[2]
-        return PressInput(key.float(), value.float(), self.layer.positions, query.float(),
-                          self.layer.query_positions(q), scale, self.index, len(self.plan.applies),
+        """What the scorer sees; `query` None when the queries were not kept (presses that need none)."""
+        return PressInput(key.float(), value.float(), self.layer.positions,
+                          None if query is None else query.float(),
+                          None if query is None else self.layer.query_positions(query.shape[2]), scale, self.index,
+                          len(self.plan.applies),
                           self.plan.rotary, self.plan.fraction(self.plan.context, self.plan.kept.get(self.index, 1)),
                           self.state)
 

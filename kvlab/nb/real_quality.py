@@ -1,0 +1,98 @@
+"""Notebook 10's parameters and glue (quality on a real pretrained model). Checked on construction, so a bad value
+stops the notebook in its second cell."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..hf.quality import Setting, format_settings, mechanism_label, mechanism_settings, press_settings
+from .params import NotebookParams
+
+
+@dataclass
+class RealQualityParams(NotebookParams):
+    """Notebook 10's parameters, checked on construction: a bad one stops the notebook with one message."""
+
+    model: str  # a real model: kvlab.hf.pretrained name, GGUF file or model folder
+    task: str  # kvlab.quality.tasks name (RULER's definitions)
+    contexts: list  # context tokens per sample
+    formats: list  # kvlab formats (integer ones KIVI-style with `residual`)
+    residual: int  # recent tokens the integer formats keep unquantized
+    mechanisms: list  # kvlab.hf.mechanisms strings; a/b is that fraction of the context
+    presses: list  # 'name keep budget [format]' (kvlab.hf.presses; budget a fraction of the context)
+    protocol: str  # question_agnostic (kvpress's pipeline) or question_aware
+    samples: int  # samples per context: the least
+    halfwidth: float  # more samples, in rounds, until every Wilson 95% interval is this narrow (0: exactly `samples`)
+    max_samples: int  # the most samples per context
+    round_size: int  # samples per round
+    max_new_tokens: int  # cap on generated tokens per answer (0: each sample's own, RULER's)
+    text_windows: int  # windows of prose for the perplexity change (0: none)
+    text_tokens: int  # tokens per prose window
+    seed: int  # seed of the samples and windows
+    threads: int  # torch CPU threads (0: torch's default)
+    path: str = field(init=False)  # the model's folder
+
+    def __post_init__(self):
+        from ..hf.pretrained import resolve_model
+        from ..quality.prompt import PROTOCOLS
+        from ..quality.tasks import TASKS
+        self.need_text("model")
+        self.path = str(resolve_model(self.model))
+        self.need_choice("task", TASKS)
+        self.need_ints("contexts", 64, 1 << 17)
+        for f in self.need_names("formats"):
+            from ..formats import get_format
+            self.need_lookup("formats", get_format, f)
+        if "bf16" not in self.formats:
+            from ..errors import ParameterError
+            raise ParameterError("parameter formats: include 'bf16', the reference every change is paired with")
+        for m in self.need_names("mechanisms", empty=True):
+            self.need_lookup("mechanisms", mechanism_label, m)
+        press_settings(self.need_names("presses", empty=True))
+        self.need_choice("protocol", PROTOCOLS)
+        self.need_int("residual", 0)
+        self.need_int("samples", 1)
+        self.need_number("halfwidth", 0, 0.49)
+        self.need_int("max_samples", self.samples)
+        self.need_int("round_size", 1)
+        self.need_int("max_new_tokens", 0)
+        self.need_int("text_windows", 0)
+        self.need_int("text_tokens", 16)
+        self.need_int("seed", 0)
+        self.need_int("threads", 0)
+
+    def settings(self) -> list[Setting]:
+        """Formats, then mechanisms and presses with K/V at the model's precision."""
+        return (format_settings(self.formats, self.residual) + mechanism_settings(self.mechanisms)
+                + press_settings(self.presses, residual=self.residual))
+
+
+def plot_frontier(ax, table: list[dict], title: str):
+    """Accuracy (Wilson 95% bars) against bytes held, one point per setting, labels beside the points."""
+    import numpy as np
+    colors = {"format": "#0072B2", "mechanism": "#E69F00", "press": "#009E73"}
+    for r in table:
+        kind = ("press" if " keep " in r["setting"] else
+                "mechanism" if any(c in r["setting"] for c in ("window", "topk", "hca", "csa", "capped"))
+                else "format")
+        y, lo, hi = r["accuracy"], r["accuracy_low"], r["accuracy_high"]
+        ax.errorbar(r["bytes_share"], y, yerr=[[y - lo], [hi - y]], fmt="o", color=colors[kind], capsize=3,
+                    label=kind)
+    order = sorted(table, key=lambda r: (r["bytes_share"], r["accuracy"]))
+    for i, r in enumerate(order):  # labels alternate above and below, so neighbours do not overlap
+        dy = 10 if i % 2 == 0 else -14
+        ax.annotate(r["setting"], (r["bytes_share"], r["accuracy"]), textcoords="offset points", xytext=(4, dy),
+                    fontsize=7)
+    h, lab = ax.get_legend_handles_labels()
+    seen = dict(zip(lab, h))
+    ax.legend(seen.values(), seen.keys(), loc="lower right", fontsize=8)
+    ax.set_xscale("log", base=2)
+    shares = [r["bytes_share"] for r in table]
+    ticks = [2.0 ** k for k in range(int(np.floor(np.log2(min(shares)))), 1)]
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.set_xlim(min(shares) / 1.4, 1.4)
+    ax.set_ylim(-0.05, 1.1)
+    ax.set_yticks(np.linspace(0, 1, 6))
+    ax.grid(alpha=0.3)
+    ax.set_xlabel("bytes held / BF16's (context in the cache; log scale)")
+    ax.set_ylabel("accuracy (Wilson 95%)")
+    ax.set_title(title, fontsize=10)
