@@ -214,3 +214,26 @@ def test_next_uses_equal_next_access(seed):
     dense, n, nxt, mf = pk.stream_arrays(ids, True)
     assert np.array_equal(nxt, next_access(dense)) and mf == int(np.bincount(dense).max())
     assert pk.stream_arrays(ids[:0], True)[2].shape == (0,)
+
+
+def test_kernel_ids_come_from_registration():
+    """Each policy's kernel id is its place in the registry, the kernels read them from there, and one compiled
+    runner exists per registered policy (made by one loop, not one copied function each)."""
+    assert [c.kernel for c in REGISTRY.values()] == list(range(len(REGISTRY)))
+    assert pk.KERNEL_IDS == {n: c.kernel for n, c in REGISTRY.items()}
+    assert sorted(pk.RUNNERS) == sorted(pk.KERNEL_IDS.values())
+    assert "globals()" not in open(pk.__file__).read()
+
+
+@pytest.mark.parametrize("bad", [len(REGISTRY), -1, 99, 2.0, True, "lru"])
+def test_unknown_kernel_id_is_refused(bad):
+    """An id no policy has raises ParameterError (it once ran Belady, or another policy by a negative index)."""
+    dense, n, nxt, mf = pk.stream_arrays(np.array([0, 1, 0, 2]), True)
+    args = (np.zeros(3), dense, nxt, np.array([0, 4]), np.array([64]), 16, 1, n, mf)
+    with pytest.raises(ParameterError, match="no eviction policy has kernel id"):
+        pk._run_one(bad, 2, *args)
+    with pytest.raises(ParameterError, match="no eviction policy has kernel id"):
+        pk.run_curve(bad, [2, 3], *args)
+    with pytest.raises(ParameterError, match="no eviction policy has kernel id"):
+        pk.tiered([0, bad, 0], np.array([2, 2, 2]), np.zeros((3, 3)), np.ones(3, np.int64), dense, nxt,
+                  np.array([0, 4]), np.array([64]), np.zeros(1), 16, 0.0, False, np.zeros(3), n, mf)

@@ -13,7 +13,14 @@ in `fv[k, 0]`. Each policy's branch is its reference class's logic (hence libCac
 hold the two equal access by access. All kernels live in this one file because numba's on-disk cache notices edits
 only to the file of the function it compiled.
 
-  `run_one`   one cache over a trace's block stream: found blocks (libCacheSim's hits), prefix-hit blocks and
+Policy ids come from registration (kvlab.sim.policies.base.register numbers the classes in the order
+kvlab/sim/policies/__init__.py imports them; `KERNEL_IDS` reads them): no id is typed in here, and an id that no
+policy has raises ParameterError (`kernel_id`, and the dispatch below) instead of running any policy. Functions
+are compiled where they are defined (`_compiled`, or `_inlined` where inlining pays), one runner per policy is
+made by one loop (`_runner`). The id constants are frozen into the compiled code: reordering the registration
+means clearing numba's cache (kvlab/sim/__pycache__/*.nbi, *.nbc), as for any edit outside this file.
+
+  `_run_one`  one cache over a trace's block stream: found blocks (libCacheSim's hits), prefix-hit blocks and
               tokens (only a request's leading run of cached blocks counts, as engines match prefixes); one compiled
               runner per policy, where the policy is a constant and the other policies' code drops out
   `run_curve` the same at many capacities, in threads (the compiled runs release the GIL)
@@ -26,20 +33,51 @@ import heapq
 
 import numpy as np
 
+from ..errors import ParameterError
 from . import kernels
 from .kernels import dense_ids
+from .policies import REGISTRY
 
 ENABLED = kernels.ENABLED  # numba importable and KVLAB_NUMBA != "0"
 NEVER = np.iinfo(np.int64).max
 
-LRU, FIFO, LFU, SIEVE, S3FIFO, ARC, BELADY, BELADY_BYPASS = range(8)  # policy ids (Policy.kernel)
+KERNEL_IDS = {name: cls.kernel for name, cls in REGISTRY.items()}  # policy name -> id, given at registration
+LRU, FIFO, LFU, SIEVE, S3FIFO, ARC, BELADY, BELADY_BYPASS = (
+    KERNEL_IDS[p] for p in ("lru", "fifo", "lfu", "sieve", "s3fifo", "arc", "belady", "belady-bypass"))
 NX, PV, TAG, CT = 0, 1, 2, 3  # node fields
 # per-tier scalars iv[k, .]; 1..4: sizes of lists 1..4
 CAP, HAND, MINF, FA, FB, FG, SCAP, MCAP, GCAP, HS, THR, HEAP, TOP = 0, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16
 NIV = 17  # HEAP: where the heap starts in S[k]; TOP: one past the last LFU count list
 
+if ENABLED:
+    from numba import njit
+    # small functions compile once and are called (LLVM inlines the smallest); inlining them all into every
+    # caller with numba's inline="always" made the runners no faster and took minutes to compile, so only the
+    # functions that pay for it are `_inlined`
+    _compiled = njit(cache=True, nogil=True)
+    _inlined = njit(cache=True, nogil=True, inline="always")
+else:  # pragma: no cover - without numba every kernel is the plain Python below
+    def _compiled(f):
+        return f
+    _inlined = _compiled
+
+
+def kernel_id(pol) -> int:
+    """`pol` if it is a registered policy's kernel id, else ParameterError (never a silent fallback)."""
+    if isinstance(pol, (int, np.integer)) and not isinstance(pol, bool) and int(pol) in KERNEL_IDS.values():
+        return int(pol)
+    raise ParameterError(f"no eviction policy has kernel id {pol!r}; registered: "
+                         + ", ".join(f"{n} {i}" for n, i in KERNEL_IDS.items()))
+
+
+@_inlined
+def _offline(pol):
+    """Belady's two variants read each block's next use."""
+    return pol == BELADY or pol == BELADY_BYPASS
+
 
 # --- lists and the heap ------------------------------------------------------------------------------------
+@_compiled
 def _push(S, k, s, b):
     """Put node b at the newest end of the list with sentinel s."""
     q = S[k, 4 * s + NX]
@@ -49,6 +87,7 @@ def _push(S, k, s, b):
     S[k, 4 * s + NX] = b
 
 
+@_compiled
 def _unlink(S, k, b):
     p = S[k, 4 * b + PV]
     q = S[k, 4 * b + NX]
@@ -56,12 +95,14 @@ def _unlink(S, k, b):
     S[k, 4 * q + PV] = p
 
 
+@_compiled
 def _above(fut, x, y):
     """Block x leaves before block y: its next use is later, or the same (never again) and its id smaller -
     the reference's tie-break, so that both evict the same block among those never used again."""
     return fut[x] > fut[y] or (fut[x] == fut[y] and x < y)
 
 
+@_compiled
 def _heap_swap(S, k, h, i, j):
     a = S[k, h + i]
     c = S[k, h + j]
@@ -71,6 +112,7 @@ def _heap_swap(S, k, h, i, j):
     S[k, 4 * a + CT] = j
 
 
+@_compiled
 def _heap_fix(S, fut, k, h, i, size):
     """Restore the max-heap on next use (starting at S[k, h], 1-based) around position i after its key changed."""
     while i > 1 and _above(fut, S[k, h + i], S[k, h + i // 2]):
@@ -88,6 +130,7 @@ def _heap_fix(S, fut, k, h, i, size):
         i = j
 
 
+@_compiled
 def _heap_delete(S, iv, fut, k, i):
     h = iv[k, HEAP]
     size = iv[k, HS]
@@ -98,6 +141,7 @@ def _heap_delete(S, iv, fut, k, i):
         _heap_fix(S, fut, k, h, i, size - 1)
 
 
+@_inlined
 def init_tier(pol, k, cap, params, S, iv, fv, n, heap):
     """Empty tier k of `cap` blocks under policy `pol`: sentinels point at themselves."""
     for s in range(n, heap // 4):
@@ -117,6 +161,7 @@ def init_tier(pol, k, cap, params, S, iv, fv, n, heap):
 
 
 # --- ARC's and S3-FIFO's evictions ---------------------------------------------------------------------------
+@_inlined
 def _arc_replace(k, S, iv, fv, n):
     n1 = iv[k, 1]
     p = fv[k, 0]
@@ -137,6 +182,7 @@ def _arc_replace(k, S, iv, fv, n):
     return v
 
 
+@_inlined
 def _arc_evict(k, S, iv, fv, n):
     cap = iv[k, CAP]
     if iv[k, FG] != 0 and (iv[k, FA] != 0 or iv[k, FB] != 0):
@@ -161,6 +207,7 @@ def _arc_evict(k, S, iv, fv, n):
     return _arc_replace(k, S, iv, fv, n)
 
 
+@_inlined
 def _s3_evict(k, S, iv, n):
     """One S3-FIFO eviction step; the block that left, or -1 (small emptied into main)."""
     iv[k, FB] = 1  # has evicted
@@ -203,6 +250,7 @@ def _s3_evict(k, S, iv, n):
 
 
 # --- each policy's operations (small functions: inlined where the policy is a constant) ---------------------
+@_compiled
 def _lru_lookup(k, S, n, b):
     if S[k, 4 * b + TAG]:
         _unlink(S, k, b)
@@ -211,10 +259,12 @@ def _lru_lookup(k, S, n, b):
     return False
 
 
+@_compiled
 def _fifo_lookup(k, S, b):
     return S[k, 4 * b + TAG] != 0
 
 
+@_compiled
 def _sieve_lookup(k, S, b):
     if S[k, 4 * b + TAG]:
         S[k, 4 * b + CT] = 1
@@ -222,6 +272,7 @@ def _sieve_lookup(k, S, b):
     return False
 
 
+@_compiled
 def _list_insert(sieve, k, S, iv, n, b):
     """LRU, FIFO and SIEVE: one list, newest first; the victim is the oldest (SIEVE: the hand's first unvisited)."""
     v = -1
@@ -250,6 +301,7 @@ def _list_insert(sieve, k, S, iv, n, b):
     return v
 
 
+@_inlined
 def _lfu_lookup(k, S, iv, n, b):
     if S[k, 4 * b + TAG]:
         f = S[k, 4 * b + CT]
@@ -263,6 +315,7 @@ def _lfu_lookup(k, S, iv, n, b):
     return False
 
 
+@_inlined
 def _lfu_insert(k, S, iv, n, b):
     v = -1
     if iv[k, 1] >= iv[k, CAP]:
@@ -278,6 +331,7 @@ def _lfu_insert(k, S, iv, n, b):
     return v
 
 
+@_compiled
 def _lfu_after_remove(k, S, iv, n, f):
     """A block of count f left: if it emptied the smallest count, the smallest is the next non-empty count."""
     s = n + 4 + f
@@ -289,6 +343,7 @@ def _lfu_after_remove(k, S, iv, n, f):
         iv[k, MINF] = g if g < top else 1
 
 
+@_inlined
 def _s3_lookup(k, S, iv, b):
     t = S[k, 4 * b + TAG]
     iv[k, FA] = 0
@@ -303,6 +358,7 @@ def _s3_lookup(k, S, iv, b):
     return False
 
 
+@_inlined
 def _s3_insert(k, S, iv, n, b):
     v = -1
     while iv[k, 1] + iv[k, 2] + 1 > iv[k, CAP]:
@@ -323,6 +379,7 @@ def _s3_insert(k, S, iv, n, b):
     return v
 
 
+@_inlined
 def _arc_lookup(k, S, iv, fv, n, b):
     t = S[k, 4 * b + TAG]
     iv[k, FG] = 0
@@ -355,6 +412,7 @@ def _arc_lookup(k, S, iv, fv, n, b):
     return False
 
 
+@_inlined
 def _arc_insert(k, S, iv, fv, n, b):
     v = -1
     if iv[k, 1] + iv[k, 2] >= iv[k, CAP]:
@@ -373,6 +431,7 @@ def _arc_insert(k, S, iv, fv, n, b):
     return v
 
 
+@_compiled
 def _bel_lookup(k, S, iv, fut, b):
     if S[k, 4 * b + TAG]:
         _heap_fix(S, fut, k, iv[k, HEAP], S[k, 4 * b + CT], iv[k, HS])
@@ -380,6 +439,7 @@ def _bel_lookup(k, S, iv, fut, b):
     return False
 
 
+@_compiled
 def _bel_insert(bypass, k, S, iv, fut, b):
     """(victim, stored): with bypass, b itself is declined when it would be the first to leave."""
     h = iv[k, HEAP]
@@ -403,7 +463,7 @@ def _bel_insert(bypass, k, S, iv, fut, b):
 
 
 # --- the three operations for any policy id -----------------------------------------------------------------
-def lookup(pol, k, S, iv, fv, fut, n, b):
+def _lookup(pol, k, S, iv, fv, fut, n, b):
     """True if b is resident in tier k (its hit recorded); False after a miss's bookkeeping."""
     if pol == LRU:
         return _lru_lookup(k, S, n, b)
@@ -417,10 +477,12 @@ def lookup(pol, k, S, iv, fv, fut, n, b):
         return _s3_lookup(k, S, iv, b)
     if pol == ARC:
         return _arc_lookup(k, S, iv, fv, n, b)
-    return _bel_lookup(k, S, iv, fut, b)
+    if _offline(pol):
+        return _bel_lookup(k, S, iv, fut, b)
+    raise ParameterError("unknown eviction policy kernel id")
 
 
-def insert(pol, k, S, iv, fv, fut, n, b):
+def _insert(pol, k, S, iv, fv, fut, n, b):
     """Store b (not resident) in tier k, evicting first if full: returns (victim or -1, stored)."""
     if pol == LRU or pol == FIFO:
         return _list_insert(False, k, S, iv, n, b), True
@@ -432,14 +494,16 @@ def insert(pol, k, S, iv, fv, fut, n, b):
         return _s3_insert(k, S, iv, n, b), True
     if pol == ARC:
         return _arc_insert(k, S, iv, fv, n, b), True
-    return _bel_insert(pol == BELADY_BYPASS, k, S, iv, fut, b)
+    if _offline(pol):
+        return _bel_insert(pol == BELADY_BYPASS, k, S, iv, fut, b)
+    raise ParameterError("unknown eviction policy kernel id")
 
 
-def remove(pol, k, S, iv, fut, n, b):
+def _remove(pol, k, S, iv, fut, n, b):
     """Take resident b out of tier k."""
     t = S[k, 4 * b + TAG]
     S[k, 4 * b + TAG] = 0
-    if pol >= BELADY:
+    if _offline(pol):
         _heap_delete(S, iv, fut, k, S[k, 4 * b + CT])
         return
     if pol == SIEVE and iv[k, HAND] == b:
@@ -451,17 +515,58 @@ def remove(pol, k, S, iv, fut, n, b):
         _lfu_after_remove(k, S, iv, n, S[k, 4 * b + CT])
 
 
+# the tier kernel dispatches on policies known only at run time: one compiled dispatch each (`*_any`); inlined
+# where a caller's policy is a constant (`lookup`, `insert`; see lookup_op)
+lookup_any, insert_any, remove_any = _compiled(_lookup), _compiled(_insert), _compiled(_remove)
+lookup, insert = _inlined(_lookup), _inlined(_insert)
+
+
 def lookup_op(pol, k, S, iv, fv, fut, n, b):
     """`lookup`, resolved at compile time to the policy's own function where `pol` is a constant."""
-    return lookup(pol, k, S, iv, fv, fut, n, b)
+    return _lookup(pol, k, S, iv, fv, fut, n, b)
 
 
 def insert_op(pol, k, S, iv, fv, fut, n, b):
     """`insert`, resolved at compile time to the policy's own function where `pol` is a constant."""
-    return insert(pol, k, S, iv, fv, fut, n, b)
+    return _insert(pol, k, S, iv, fv, fut, n, b)
+
+
+if ENABLED:
+    from numba.core import types as _types
+    from numba.extending import overload as _overload
+
+    _LOOKUPS = {LRU: lambda pol, k, S, iv, fv, fut, n, b: _lru_lookup(k, S, n, b),
+                FIFO: lambda pol, k, S, iv, fv, fut, n, b: _fifo_lookup(k, S, b),
+                SIEVE: lambda pol, k, S, iv, fv, fut, n, b: _sieve_lookup(k, S, b),
+                LFU: lambda pol, k, S, iv, fv, fut, n, b: _lfu_lookup(k, S, iv, n, b),
+                S3FIFO: lambda pol, k, S, iv, fv, fut, n, b: _s3_lookup(k, S, iv, b),
+                ARC: lambda pol, k, S, iv, fv, fut, n, b: _arc_lookup(k, S, iv, fv, n, b),
+                BELADY: lambda pol, k, S, iv, fv, fut, n, b: _bel_lookup(k, S, iv, fut, b),
+                BELADY_BYPASS: lambda pol, k, S, iv, fv, fut, n, b: _bel_lookup(k, S, iv, fut, b)}
+    _INSERTS = {LRU: lambda pol, k, S, iv, fv, fut, n, b: (_list_insert(False, k, S, iv, n, b), True),
+                FIFO: lambda pol, k, S, iv, fv, fut, n, b: (_list_insert(False, k, S, iv, n, b), True),
+                SIEVE: lambda pol, k, S, iv, fv, fut, n, b: (_list_insert(True, k, S, iv, n, b), True),
+                LFU: lambda pol, k, S, iv, fv, fut, n, b: (_lfu_insert(k, S, iv, n, b), True),
+                S3FIFO: lambda pol, k, S, iv, fv, fut, n, b: (_s3_insert(k, S, iv, n, b), True),
+                ARC: lambda pol, k, S, iv, fv, fut, n, b: (_arc_insert(k, S, iv, fv, n, b), True),
+                BELADY: lambda pol, k, S, iv, fv, fut, n, b: _bel_insert(False, k, S, iv, fut, b),
+                BELADY_BYPASS: lambda pol, k, S, iv, fv, fut, n, b: _bel_insert(True, k, S, iv, fut, b)}
+
+    @_overload(lookup_op, inline="always", prefer_literal=True)
+    def _ol_lookup(pol, k, S, iv, fv, fut, n, b):
+        if isinstance(pol, _types.IntegerLiteral):  # a runner's constant policy: its own function
+            return _LOOKUPS[pol.literal_value]
+        return lambda pol, k, S, iv, fv, fut, n, b: lookup(pol, k, S, iv, fv, fut, n, b)
+
+    @_overload(insert_op, inline="always", prefer_literal=True)
+    def _ol_insert(pol, k, S, iv, fv, fut, n, b):
+        if isinstance(pol, _types.IntegerLiteral):
+            return _INSERTS[pol.literal_value]
+        return lambda pol, k, S, iv, fv, fut, n, b: insert(pol, k, S, iv, fv, fut, n, b)
 
 
 # --- one cache over a block stream ------------------------------------------------------------------------------
+@_inlined
 def _state(tiers, n, max_freq, caps):
     """(S, iv, fv) for `tiers` tiers over n blocks, and where the heap starts in each row (module docstring)."""
     nodes = n + 4 + max_freq + 3
@@ -475,13 +580,14 @@ def _state(tiers, n, max_freq, caps):
     return S, iv, fv, heap
 
 
+@_inlined
 def _run_body(pol, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
     """One cache of `cap` blocks over the block stream: (found, prefix-hit blocks, prefix-hit tokens). Inlined
     into one runner per policy below, where `pol` is a constant: the other policies' code drops out, and the loop
     runs several times faster than with `pol` known only at run time."""
     S, iv, fv, heap = _state(1, n, max_freq, np.array([cap]))
     init_tier(pol, 0, cap, params, S, iv, fv, n, heap)
-    fut = np.full(n if pol >= BELADY else 0, NEVER, np.int64)
+    fut = np.full(n if _offline(pol) else 0, NEVER, np.int64)
     cnt = np.zeros(n if admit > 1 else 0, np.int32)
     found = 0
     pblocks = 0
@@ -493,7 +599,7 @@ def _run_body(pol, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_
         intact = True
         for a in range(a0, a1):
             b = ids[a]
-            if pol >= BELADY:
+            if _offline(pol):
                 fut[b] = nxt[a]
             if lookup_op(pol, 0, S, iv, fv, fut, n, b):
                 found += 1
@@ -510,27 +616,7 @@ def _run_body(pol, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_
     return found, pblocks, ptokens
 
 
-# one runner per policy (a constant `pol` each; see _run_body); RUNNERS[pol] picks it
-def _run_lru(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
-    return _run_body(LRU, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
-
-
-def _run_fifo(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
-    return _run_body(FIFO, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
-
-
-def _run_lfu(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
-    return _run_body(LFU, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
-
-
-def _run_sieve(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
-    return _run_body(SIEVE, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
-
-
-def _run_s3fifo(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
-    return _run_body(S3FIFO, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
-
-
+@_inlined
 def _run_arc_body(cap, ids, off, inp, block_tokens, admit, n):
     """ARC over the block stream with the same rules as _arc_lookup / _arc_insert (libCacheSim's ARC, hence the
     reference class's), its four lists in arrays of their own and its sizes, target and flags in locals: the
@@ -672,10 +758,7 @@ def _run_arc_body(cap, ids, off, inp, block_tokens, admit, n):
     return found, pblocks, ptokens
 
 
-def _run_arc(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
-    return _run_arc_body(cap, ids, off, inp, block_tokens, admit, n)
-
-
+@_compiled
 def _bits_levels(A):
     """Word counts of a bitset over positions 0..A-1 and its summary levels (64 bits a word), top level last."""
     sizes = []
@@ -688,6 +771,7 @@ def _bits_levels(A):
     return sizes
 
 
+@_inlined
 def _bits_set(words, base, L, p):
     """Set bit p in level 0 and its summary bits above (words[base[l] + i]: level l's words)."""
     for lv in range(L):
@@ -699,6 +783,7 @@ def _bits_set(words, base, L, p):
         p = w
 
 
+@_inlined
 def _bits_clear(words, base, L, p):
     for lv in range(L):
         w = p >> 6
@@ -709,6 +794,7 @@ def _bits_clear(words, base, L, p):
         p = w
 
 
+@_inlined
 def _top_bit(x):
     """Index of the highest set bit of a non-zero uint64 (a binary search over its halves)."""
     r = 0
@@ -720,6 +806,7 @@ def _top_bit(x):
     return r
 
 
+@_inlined
 def _bits_max(words, base, L):
     """Highest set position (the bitset must not be empty)."""
     i = 0
@@ -728,6 +815,7 @@ def _bits_max(words, base, L):
     return i
 
 
+@_inlined
 def _run_belady_body(bypass, cap, ids, nxt, off, inp, block_tokens, admit, n):
     """Belady over the block stream with the residents' next uses in a bitset over positions instead of a heap:
     a resident's next use is a position of the stream and `ids` at that position is the block itself, so the
@@ -798,23 +886,37 @@ def _run_belady_body(bypass, cap, ids, nxt, off, inp, block_tokens, admit, n):
     return found, pblocks, ptokens
 
 
-def _run_belady(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
-    return _run_belady_body(False, cap, ids, nxt, off, inp, block_tokens, admit, n)
+def _runner(pol):
+    """The compiled run of one cache under policy id `pol`, a constant in its body (a closure's cell, which
+    numba's on-disk cache keys on): the other policies' code drops out, and the loop runs several times faster
+    than with `pol` known only at run time. ARC and Belady have loops of their own (_run_arc_body,
+    _run_belady_body); every other policy runs _run_body."""
+    if pol == ARC:
+        def run(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
+            return _run_arc_body(cap, ids, off, inp, block_tokens, admit, n)
+    elif pol in (BELADY, BELADY_BYPASS):
+        bypass = pol == BELADY_BYPASS
+
+        def run(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
+            return _run_belady_body(bypass, cap, ids, nxt, off, inp, block_tokens, admit, n)
+    else:
+        def run(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
+            return _run_body(pol, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
+    name = next(n for n, i in KERNEL_IDS.items() if i == pol)
+    run.__name__ = run.__qualname__ = "_run_" + name.replace("-", "_")  # one cache file each
+    return _compiled(run)
 
 
-def _run_belady_bypass(cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
-    return _run_belady_body(True, cap, ids, nxt, off, inp, block_tokens, admit, n)
-
-
-RUNNERS = [_run_lru, _run_fifo, _run_lfu, _run_sieve, _run_s3fifo, _run_arc, _run_belady, _run_belady_bypass]
+RUNNERS = {pol: _runner(pol) for pol in KERNEL_IDS.values()}  # kernel id -> its compiled run, one per policy
 
 
 def _run_one(pol, cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq):
-    """One cache of `cap` blocks under policy id `pol` (see _run_body)."""
-    return RUNNERS[pol](cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
+    """One cache of `cap` blocks under policy id `pol` (see _runner): (found, prefix blocks, prefix tokens)."""
+    return RUNNERS[kernel_id(pol)](cap, params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
 
 
 # --- tiers ---------------------------------------------------------------------------------------------------
+@_compiled
 def _place(b, k, src, now, pols, caps, admits, S, iv, fv, fut, n, where, last, cnt, ttl, ttl_on, expiry, moved,
            counts):
     """Put b (from tier src, -1 if new) into tier k or the next tier with room below, cascading victims down
@@ -853,6 +955,7 @@ def _place(b, k, src, now, pols, caps, admits, S, iv, fv, fut, n, where, last, c
         k += 1
 
 
+@_compiled
 def _tiered(pols, caps, params, admits, ids, nxt, off, inp, ts, block_tokens, ttl, ttl_on, transfer_s, n,
             max_freq):
     """Exclusive tiers (HBM, DRAM, SSD) with a policy each over the trace, request by request.
@@ -917,64 +1020,12 @@ def _tiered(pols, caps, params, admits, ids, nxt, off, inp, ts, block_tokens, tt
     return hit_blocks, hit_tokens, req_hit, transfer, moved, counts, stale
 
 
-if ENABLED:
-    from numba import njit
-    from numba.core import types as _types
-    from numba.extending import overload as _overload
-    _jit = njit(cache=True, nogil=True)
-    _inl = njit(cache=True, nogil=True, inline="always")
-    # small functions compile once and are called (LLVM inlines the smallest); inlining them into every caller
-    # with numba's inline="always" made the runners no faster and took minutes to compile
-    for _f in (_push, _unlink, _above, _heap_swap, _heap_fix, _heap_delete, _lru_lookup, _fifo_lookup, _sieve_lookup, _list_insert, _lfu_after_remove, _bel_lookup, _bel_insert):
-        globals()[_f.__name__] = _jit(_f)
-    for _f in (_arc_replace, _arc_evict, _s3_evict, _lfu_lookup, _lfu_insert, _s3_lookup, _s3_insert, _arc_lookup,
-               _arc_insert, init_tier, _state):  # these pay for inlining
-        globals()[_f.__name__] = _inl(_f)
-    # the tier kernel dispatches on policies known only at run time: one compiled dispatch each
-    lookup_any, insert_any, remove_any = _jit(lookup), _jit(insert), _jit(remove)
-    lookup, insert = _inl(lookup), _inl(insert)
-    _LOOKUPS = {LRU: lambda pol, k, S, iv, fv, fut, n, b: _lru_lookup(k, S, n, b),
-                FIFO: lambda pol, k, S, iv, fv, fut, n, b: _fifo_lookup(k, S, b),
-                SIEVE: lambda pol, k, S, iv, fv, fut, n, b: _sieve_lookup(k, S, b),
-                LFU: lambda pol, k, S, iv, fv, fut, n, b: _lfu_lookup(k, S, iv, n, b),
-                S3FIFO: lambda pol, k, S, iv, fv, fut, n, b: _s3_lookup(k, S, iv, b),
-                ARC: lambda pol, k, S, iv, fv, fut, n, b: _arc_lookup(k, S, iv, fv, n, b),
-                BELADY: lambda pol, k, S, iv, fv, fut, n, b: _bel_lookup(k, S, iv, fut, b),
-                BELADY_BYPASS: lambda pol, k, S, iv, fv, fut, n, b: _bel_lookup(k, S, iv, fut, b)}
-    _INSERTS = {LRU: lambda pol, k, S, iv, fv, fut, n, b: (_list_insert(False, k, S, iv, n, b), True),
-                FIFO: lambda pol, k, S, iv, fv, fut, n, b: (_list_insert(False, k, S, iv, n, b), True),
-                SIEVE: lambda pol, k, S, iv, fv, fut, n, b: (_list_insert(True, k, S, iv, n, b), True),
-                LFU: lambda pol, k, S, iv, fv, fut, n, b: (_lfu_insert(k, S, iv, n, b), True),
-                S3FIFO: lambda pol, k, S, iv, fv, fut, n, b: (_s3_insert(k, S, iv, n, b), True),
-                ARC: lambda pol, k, S, iv, fv, fut, n, b: (_arc_insert(k, S, iv, fv, n, b), True),
-                BELADY: lambda pol, k, S, iv, fv, fut, n, b: _bel_insert(False, k, S, iv, fut, b),
-                BELADY_BYPASS: lambda pol, k, S, iv, fv, fut, n, b: _bel_insert(True, k, S, iv, fut, b)}
-
-    @_overload(lookup_op, inline="always", prefer_literal=True)
-    def _ol_lookup(pol, k, S, iv, fv, fut, n, b):
-        if isinstance(pol, _types.IntegerLiteral):  # a runner's constant policy: its own function
-            return _LOOKUPS[pol.literal_value]
-        return lambda pol, k, S, iv, fv, fut, n, b: lookup(pol, k, S, iv, fv, fut, n, b)
-
-    @_overload(insert_op, inline="always", prefer_literal=True)
-    def _ol_insert(pol, k, S, iv, fv, fut, n, b):
-        if isinstance(pol, _types.IntegerLiteral):
-            return _INSERTS[pol.literal_value]
-        return lambda pol, k, S, iv, fv, fut, n, b: insert(pol, k, S, iv, fv, fut, n, b)
-
-    _run_body = _inl(_run_body)
-    for _f in (_bits_set, _bits_clear, _top_bit, _bits_max):
-        globals()[_f.__name__] = _inl(_f)
-    _bits_levels, _run_belady_body = _jit(_bits_levels), _inl(_run_belady_body)
-    _run_arc_body = _inl(_run_arc_body)
-    RUNNERS = [_jit(f) for f in RUNNERS]
-    for _f in RUNNERS:
-        globals()[_f.__name__] = _f
-    _place = _jit(_place)
-    _tiered = _jit(_tiered)
-else:  # pragma: no cover - without numba every kernel is the plain Python above
-    lookup_any, insert_any, remove_any = lookup, insert, remove
-    lookup_op, insert_op = lookup, insert
+def tiered(pols, caps, params, admits, ids, nxt, off, inp, ts, block_tokens, ttl, ttl_on, transfer_s, n,
+           max_freq):
+    """`_tiered` with each tier's policy id checked first (an unknown id is a ParameterError)."""
+    pols = np.array([kernel_id(p) for p in pols], np.int64)
+    return _tiered(pols, caps, params, admits, ids, nxt, off, inp, ts, block_tokens, ttl, ttl_on, transfer_s, n,
+                   max_freq)
 
 
 def threads() -> int:
@@ -991,6 +1042,7 @@ def run_curve(pol, caps, params, ids, nxt, off, inp, block_tokens, admit, n, max
     (the compiled runs release the GIL), largest capacities first."""
     caps = np.asarray(caps, np.int64)
     out = np.zeros((len(caps), 3), np.int64)
+    kernel_id(pol)
 
     def one(i):
         out[i] = _run_one(pol, int(caps[i]), params, ids, nxt, off, inp, block_tokens, admit, n, max_freq)
@@ -1007,6 +1059,7 @@ def run_curve(pol, caps, params, ids, nxt, off, inp, block_tokens, admit, n, max
     return out
 
 
+@_compiled
 def _next_uses(ids, n):
     """(next access of each access or NEVER, most accesses of one block) in one backward pass over dense ids: the
     same next uses as kvlab.sim.stackdist.next_access, without its sort (Belady's preparation, end to end)."""
@@ -1025,9 +1078,6 @@ def _next_uses(ids, n):
             top = f
     return nxt, top
 
-
-if ENABLED:
-    _next_uses = njit(cache=True, nogil=True)(_next_uses)
 
 
 def stream_arrays(ids, need_next: bool):

@@ -431,8 +431,8 @@ def simulate_compiled(trace: Trace, tiers: Tiers, policy="lru", admission="all")
     for k, c in enumerate(classes):
         params[k, :len(c.params())] = c.params()
     ttl_on = math.isfinite(tiers.ttl_s)
-    hit_blocks, hit_tokens, req_hit, transfer, moved_blocks, counts, stale = pk._tiered(
-        np.array([c.kernel for c in classes], np.int64), np.asarray(tiers.capacity_blocks, np.int64), params,
+    hit_blocks, hit_tokens, req_hit, transfer, moved_blocks, counts, stale = pk.tiered(
+        [c.kernel for c in classes], np.asarray(tiers.capacity_blocks, np.int64), params,
         np.array([admit_after(a) for a in adms], np.int64), dense, nxt, trace.block_offsets.astype(np.int64),
         trace.input_tokens.astype(np.int64), trace.timestamps.astype(np.float64), int(trace.block_tokens),
         float(tiers.ttl_s) if ttl_on else 0.0, ttl_on, tiers.transfer_s(), max(n, 1), max_freq)

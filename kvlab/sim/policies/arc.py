@@ -23,7 +23,6 @@ class ARC(Policy):
 
     name = "arc"
     title = "ARC"
-    kernel = 5
 
     def __init__(self, capacity, future=None):
         super().__init__(capacity, future)

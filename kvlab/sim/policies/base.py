@@ -40,9 +40,11 @@ REGISTRY: dict[str, type["Policy"]] = {}  # name -> class, in registration order
 
 
 def register(cls: type["Policy"]) -> type["Policy"]:
-    """Class decorator: add a policy to the registry under its `name`."""
+    """Class decorator: add a policy to the registry under its `name`, with the next kernel id (its branch in
+    kvlab.sim.policy_kernels): registration is the one place a policy's id comes from."""
     if cls.name in REGISTRY:
         raise ValueError(f"policy {cls.name!r} registered twice")
+    cls.kernel = len(REGISTRY)
     REGISTRY[cls.name] = cls
     return cls
 
@@ -62,7 +64,7 @@ class Policy:
 
     name: ClassVar[str]  # registry key, e.g. "lru"
     title: ClassVar[str]  # display name, e.g. "LRU"
-    kernel: ClassVar[int]  # policy id in the compiled kernels (kvlab.sim.policy_kernels)
+    kernel: ClassVar[int]  # policy id in the compiled kernels (kvlab.sim.policy_kernels), set by `register`
     offline: ClassVar[bool] = False  # needs each block's next use (future)
     min_capacity: ClassVar[int] = 1  # smallest capacity the policy is defined for
 

@@ -20,7 +20,6 @@ class Belady(Policy):
 
     name = "belady"
     title = "Belady"
-    kernel = 6
     offline = True
     bypass = False  # may decline the incoming block
 
@@ -75,5 +74,4 @@ class BeladyBypass(Belady):
 
     name = "belady-bypass"
     title = "Belady (bypass)"
-    kernel = 7
     bypass = True

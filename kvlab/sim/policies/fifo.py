@@ -11,7 +11,6 @@ class FIFO(LRU):
 
     name = "fifo"
     title = "FIFO"
-    kernel = 1
 
     def lookup(self, b):
         return b in self.od

@@ -18,7 +18,6 @@ class LFU(Policy):
 
     name = "lfu"
     title = "LFU"
-    kernel = 2
 
     def __init__(self, capacity, future=None):
         super().__init__(capacity, future)

@@ -12,7 +12,6 @@ class LRU(Policy):
 
     name = "lru"
     title = "LRU"
-    kernel = 0
 
     def __init__(self, capacity, future=None):
         super().__init__(capacity, future)

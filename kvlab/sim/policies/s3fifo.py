@@ -26,7 +26,6 @@ class S3FIFO(Policy):
 
     name = "s3fifo"
     title = "S3-FIFO"
-    kernel = 4
     min_capacity = 20
     small_ratio = 0.1  # small queue's share of the capacity (libCacheSim default)
     ghost_ratio = 0.9  # ghost queue's length as a share of the capacity (libCacheSim default)

@@ -16,7 +16,6 @@ class SIEVE(Policy):
 
     name = "sieve"
     title = "SIEVE"
-    kernel = 3
 
     def __init__(self, capacity, future=None):
         super().__init__(capacity, future)
