@@ -21,7 +21,6 @@ Engines that give the same answers where both apply (tests hold them equal):
 """
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass, field
 
@@ -35,6 +34,7 @@ from ..errors import ParameterError
 from ..hardware import get_gpu
 from .policies import admit_after, get_policy, policy_names
 from .stackdist import LruIndex, next_access
+from .tierstack import TierStack, tier_admissions, tier_policies  # noqa: F401 (re-exported)
 from .traces import Trace, access_tokens, need_prefixes
 
 TIERS = ("hbm", "dram", "ssd")
@@ -263,26 +263,6 @@ def _simulate_lru_numpy(trace: Trace, tiers: Tiers, index: LruIndex | None = Non
 
 
 # --- any policy per tier: the block-by-block reference and its compiled twin ---------------------------
-def _per_tier(name: str, value, check) -> tuple[str, str, str]:
-    """One value for every tier, or a sequence of three (hbm, dram, ssd), each passed through `check`."""
-    vals = (value,) * 3 if isinstance(value, str) else tuple(value) if isinstance(value, (list, tuple)) else ()
-    if len(vals) != 3:
-        raise ParameterError(f"{name} must be one name or one per tier (hbm, dram, ssd), got {value!r}")
-    for v in vals:
-        check(v)
-    return vals
-
-
-def tier_policies(policy) -> tuple[str, str, str]:
-    """Policy names for HBM, DRAM and SSD from one name (every tier) or a sequence of three."""
-    return _per_tier("policy", policy, get_policy)
-
-
-def tier_admissions(admission) -> tuple[str, str, str]:
-    """Admission rules ("all" or "second") for HBM, DRAM and SSD from one rule or a sequence of three."""
-    return _per_tier("admission", admission, admit_after)
-
-
 def _label(names) -> str:
     return names[0] if len(set(names)) == 1 else "/".join(names)
 
@@ -319,91 +299,34 @@ def simulate_sequential(trace: Trace, tiers: Tiers, policy="lru", progress: bool
     sinks to SSD) a block idle past the TTL - at the start of each request, or on arrival from HBM."""
     need_prefixes(trace)
     pols, adms = tier_policies(policy), tier_admissions(admission)
-    admits = [admit_after(a) for a in adms]
-    caps = tiers.capacity_blocks
     future: dict = {}  # block -> its next access (read by offline policies)
-    caches = _tier_caches(tiers, pols, future)
+    stack = TierStack(tiers.capacity_blocks, tiers.block_bytes, tiers.ttl_s, pols, adms, future)
+    stack.moved = {}
     nxt = next_access(trace.block_ids).tolist() if any(
-        c is not None and c.offline for c in caches) else None
-    where: dict[int, int] = {}  # block -> tier index
-    last: dict[int, float] = {}  # block -> time of last use
-    count: dict[int, int] = {}  # block -> accesses so far
-    expiry: list = []  # (last use, block) for DRAM residents (lazy)
-    moved: dict = {}
-    evicted = declined = 0  # dropped past the last tier for capacity; refused by admission or policy
-    ttl = tiers.ttl_s
-    bb = tiers.block_bytes
+        c is not None and c.offline for c in stack.caches) else None
     tier_of = np.full(trace.n_accesses, 3, np.int64)
     ids = trace.block_ids.tolist()
     off = trace.block_offsets.tolist()
     ts = trace.timestamps.tolist()
-
-    def place(b, k, src, now):
-        nonlocal evicted, declined
-        while True:
-            while k < 3 and caps[k] == 0:
-                k += 1
-            if k >= 3:
-                evicted += 1
-                return
-            if count[b] < admits[k]:
-                declined += 1
-                return
-            if src is not None:
-                key = f"{TIERS[src]}->{TIERS[k]}"
-                moved[key] = moved.get(key, 0) + bb
-            if k == 1 and now - last[b] > ttl:  # expired on arrival
-                if caps[2] == 0:
-                    return
-                src, k = 1, 2
-                continue
-            caches[k].lookup(b)
-            v, stored = caches[k].insert(b)
-            if stored:
-                where[b] = k
-                if k == 1 and math.isfinite(ttl):
-                    heapq.heappush(expiry, (last[b], b))
-            else:
-                declined += 1
-            if v < 0 or v == b:
-                return
-            del where[v]
-            b, src, k = v, k, k + 1
-
     it = range(len(trace))
     if progress:
         from tqdm.auto import tqdm
         it = tqdm(it, desc="simulate", unit="req")
     for r in it:
         now = ts[r]
-        if math.isfinite(ttl):  # host state idle longer than the TTL moves to SSD or is dropped
-            while expiry and expiry[0][0] < now - ttl:
-                t0, b = heapq.heappop(expiry)
-                if where.get(b) == 1 and last[b] == t0:
-                    caches[1].remove(b)
-                    del where[b]
-                    if caps[2] > 0:
-                        place(b, 2, 1, now)
+        stack.expire(now)
         intact = True
         for a in range(off[r], off[r + 1]):
             b = ids[a]
-            count[b] = count.get(b, 0) + 1
             if nxt is not None:
                 future[b] = nxt[a]
-            k = where.get(b, 3)
-            if k == 0:
-                caches[0].lookup(b)
-            elif k < 3:
-                caches[k].remove(b)
-                del where[b]
+            k = stack.take(b, now)
             tier_of[a] = k
             if k == 3:
                 intact = False
             elif not intact:
                 tier_of[a] = k | 8  # found but past the first miss: recomputed
-            last[b] = now
-            if k != 0:
-                place(b, 0, None, now)
+    bb, moved, evicted, declined = tiers.block_bytes, stack.moved, stack.evicted, stack.declined
     found = (tier_of & 7) < 3
     hit = found & (tier_of < 8)
     stale = int(np.count_nonzero(tier_of >= 8))

@@ -1,0 +1,198 @@
+"""One tier stack: HBM, host DRAM and SSD holding prefix-chained blocks, any eviction policy per tier.
+
+The rules every kvlab tier simulation follows (`kvlab simulate` through kvlab.sim.tiering, whose compiled kernel
+kvlab.sim.policy_kernels.tiered is held equal to this class by tests; `kvlab serve-sim`'s replicas through
+kvlab.serving.prefixcache, which is this class):
+
+  tiers       exclusive: a block lives in at most one tier. A tier of 0 blocks is absent: HBM's victims go to
+              the next tier that exists (DRAM, else SSD), the last tier's victims are dropped.
+  lookup      a request's blocks are looked up in order; only the leading run of found blocks is a prefix hit
+              (vLLM's find_longest_cache_hit, vllm/v1/core/kv_cache_manager.py); a block found in DRAM or SSD is
+              taken out and stored in HBM (promote on hit), a block found after the first miss is recomputed and
+              its old copy moves to HBM all the same.
+  eviction    each tier runs one of the registered policies (kvlab.sim.policies: lru, fifo, lfu, sieve, s3fifo,
+              arc, belady, belady-bypass); a tier's victim moves down (demote on evict), looked up in the next
+              tier first so that ARC's and S3-FIFO's ghosts see it.
+  admission   one rule per tier: a tier stores a block once it has been accessed `admit_after(rule)` times
+              ("all": 1, "second": 2), else the block is dropped; a block the policy declines is dropped too.
+              This is vLLM's CPU offloading store threshold (OffloadingConnector, vllm/v1/kv_offload: a block is
+              offloaded only after it was seen N times) applied the same way to every tier.
+  TTL         host DRAM only: a DRAM block idle longer than `ttl_s` (since its last use) leaves DRAM at the
+              start of the next request, or on arrival from HBM, and sinks to SSD when there is one (dropped
+              otherwise); SSD keeps no TTL. LMCache documents a retention TTL per request on its CPU tier, and
+              NVIDIA Dynamo's KVBM an ephemeral TTL for agent sessions (../shared/reference/serving.md, "Tiering
+              in engines"); both are about host memory, not disk.
+
+What a DRAM tier does, for reference: vLLM's OffloadingConnector keeps a CPU block pool of --kv-offloading-size
+GiB under an LRU (also ARC) manager (vllm/v1/kv_offload/lru_manager.py, arc_manager.py) and loads hit blocks
+back into GPU blocks before the request runs; LMCache keeps 256-token chunks in a local CPU backend (default
+5 GB) in front of local disk and remote tiers. kvlab differs in one deliberate way: both engines write a block to
+the CPU tier when it is computed (a copy beside the GPU's), kvlab moves it there when HBM evicts it (one copy,
+so HBM and DRAM add up). A write-through variant is left for later.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+from ..errors import ParameterError
+from .policies import admit_after, get_policy
+
+TIERS = ("hbm", "dram", "ssd")
+
+
+def _per_tier(name: str, value, check) -> tuple[str, str, str]:
+    """One value for every tier, or a sequence of three (hbm, dram, ssd), each passed through `check`."""
+    vals = (value,) * 3 if isinstance(value, str) else tuple(value) if isinstance(value, (list, tuple)) else ()
+    if len(vals) != 3:
+        raise ParameterError(f"{name} must be one name or one per tier (hbm, dram, ssd), got {value!r}")
+    for v in vals:
+        check(v)
+    return vals
+
+
+def tier_policies(policy) -> tuple[str, str, str]:
+    """Policy names for HBM, DRAM and SSD from one name (every tier) or a sequence of three."""
+    return _per_tier("policy", policy, get_policy)
+
+
+def tier_admissions(admission) -> tuple[str, str, str]:
+    """Admission rules ("all" or "second") for HBM, DRAM and SSD from one rule or a sequence of three."""
+    return _per_tier("admission", admission, admit_after)
+
+
+class TierStack:
+    """HBM / DRAM / SSD under the rules of the module docstring, one request (or one block) at a time."""
+
+    def __init__(self, capacity_blocks, block_bytes: int, ttl_s: float = math.inf, policy="lru",
+                 admission="all", future: dict | None = None):
+        self.cap = tuple(int(c) for c in capacity_blocks)  # blocks per tier: HBM, DRAM, SSD (0: no such tier)
+        self.block_bytes = int(block_bytes)  # bytes of one block
+        self.ttl_s = float(ttl_s)  # DRAM blocks expire this long after their last use (math.inf: never)
+        self.policies = tier_policies(policy)  # eviction policy per tier
+        self.admissions = tier_admissions(admission)  # admission rule per tier
+        self.admits = [admit_after(a) for a in self.admissions]  # accesses a block needs before a tier stores it
+        self.future = {} if future is None else future  # block -> next use (offline policies; the caller updates)
+        self.caches = []  # one policy instance per tier with room, None for an absent tier
+        for k, p in enumerate(self.policies):
+            if self.cap[k] == 0:
+                self.caches.append(None)
+                continue
+            cls = get_policy(p)
+            if cls.offline and future is None:
+                raise ParameterError(f"{TIERS[k]} tier: {cls.title} needs each block's next use, which a "
+                                     "serving run does not know; use an online policy")
+            try:
+                self.caches.append(cls(self.cap[k], self.future))
+            except ParameterError as e:
+                raise ParameterError(f"{TIERS[k]} tier: {e}") from None
+        self.where: dict[int, int] = {}  # block -> tier index
+        self.last: dict[int, float] = {}  # block -> time of its last use
+        self.count: dict[int, int] = {}  # block -> accesses so far
+        self.expiry: list = []  # (last use, block) for DRAM residents; lazy: stale entries are skipped
+        self.moved: dict = {"hbm->dram": 0, "dram->ssd": 0, "dram->hbm": 0, "ssd->hbm": 0}  # bytes src->dst
+        self.evicted = 0  # blocks dropped past the last tier for capacity
+        self.declined = 0  # blocks a tier refused (admission or the policy)
+
+    # --- the rules -------------------------------------------------------------------------------------------
+    def place(self, b: int, k: int, src: int | None, now: float) -> None:
+        """Store b (coming from tier src, None if computed) in tier k or the next that exists, victims cascading
+        down."""
+        caps = self.cap
+        while True:
+            while k < 3 and caps[k] == 0:
+                k += 1
+            if k >= 3:
+                self.evicted += 1
+                return
+            if self.count[b] < self.admits[k]:
+                self.declined += 1
+                return
+            if src is not None:
+                key = f"{TIERS[src]}->{TIERS[k]}"
+                self.moved[key] = self.moved.get(key, 0) + self.block_bytes
+            if k == 1 and now - self.last[b] > self.ttl_s:  # expired on arrival
+                if caps[2] == 0:
+                    return
+                src, k = 1, 2
+                continue
+            self.caches[k].lookup(b)
+            v, stored = self.caches[k].insert(b)
+            if stored:
+                self.where[b] = k
+                if k == 1 and math.isfinite(self.ttl_s):
+                    heapq.heappush(self.expiry, (self.last[b], b))
+            else:
+                self.declined += 1
+            if v < 0 or v == b:
+                return
+            del self.where[v]
+            b, src, k = v, k, k + 1
+
+    def expire(self, now: float) -> None:
+        """DRAM blocks idle longer than the TTL leave DRAM: to SSD when there is one, else dropped."""
+        if not math.isfinite(self.ttl_s):
+            return
+        ex = self.expiry
+        while ex and ex[0][0] < now - self.ttl_s:
+            t0, b = heapq.heappop(ex)
+            if self.where.get(b) == 1 and self.last[b] == t0:
+                self.caches[1].remove(b)
+                del self.where[b]
+                if self.cap[2] > 0:
+                    self.place(b, 2, 1, now)
+
+    def take(self, b: int, now: float) -> int:
+        """One access to b: the tier it was found in (3: nowhere), after which b is used at `now` and stored in
+        HBM (the caller sets `future[b]` first for offline policies)."""
+        self.count[b] = self.count.get(b, 0) + 1
+        k = self.where.get(b, 3)
+        if k == 0:
+            self.caches[0].lookup(b)
+        elif k < 3:
+            self.caches[k].remove(b)
+            del self.where[b]
+        self.last[b] = now
+        if k != 0:
+            self.place(b, 0, None, now)
+        return k
+
+    # --- what a serving replica asks ---------------------------------------------------------------------------
+    def access(self, blocks, tokens, now: float):
+        """Look a request's blocks up and store them: ([3] hit blocks, [3] hit tokens) per tier over the leading
+        run (`tokens`: each block's tokens); every block ends in HBM, or where the rules put it."""
+        self.expire(now)
+        hits = np.zeros(3, np.int64)
+        tok = np.zeros(3, np.int64)
+        run = True
+        for b, n in zip(blocks, tokens):
+            k = self.take(b, now)
+            if run and k < 3:
+                hits[k] += 1
+                tok[k] += int(n)
+                if k:
+                    key = f"{TIERS[k]}->hbm"
+                    self.moved[key] = self.moved.get(key, 0) + self.block_bytes
+            else:
+                run = False
+        return hits, tok
+
+    def peek(self, blocks) -> int:
+        """Leading blocks cached in any tier (no state change: what a prefix-aware router asks)."""
+        n = 0
+        for b in blocks:
+            if b not in self.where:
+                break
+            n += 1
+        return n
+
+    def hbm_overlap(self, blocks) -> int:
+        """Leading blocks resident in HBM."""
+        n = 0
+        for b in blocks:
+            if self.where.get(b) != 0:
+                break
+            n += 1
+        return n
