@@ -220,7 +220,7 @@ def test_cli_text(capsys):
 
 @pytest.mark.parametrize("argv", [
     ["--replicas", "0"], ["--gpu", "NOPE"], ["--model", "no-such-model"], ["--router", "random"],
-    ["--limit", "0"], ["--ttl-s", "0"], ["--policy", "arc"], ["--tp", "x"],
+    ["--limit", "0"], ["--ttl-s", "0"], ["--policy", "belady"], ["--tp", "x"],
 ])
 def test_cli_bad_input_one_line_exit_2(capsys, argv):
     base = {"--model": MODEL, "--gpu": "H100"}

@@ -62,7 +62,7 @@ def _trace(args):
 def _config(args, gpu, trace, tp: int, replicas: int = 1):
     from ..serving.simulator import deployment_config
     sched = dict(router=args.router, max_num_batched_tokens=args.max_num_batched_tokens,
-                 max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len)
+                 max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len, policy=args.policy)
     if args.open_loop:
         sched["closed_loop"] = False
     return deployment_config(args.model, gpu, trace, engine=args.engine, tp=tp, pp=args.pp, replicas=replicas,
@@ -204,6 +204,7 @@ def cmd_plan(args) -> int:
 
 def _deployment_args(m, ENGINES, ROUTERS) -> None:
     from ..serving.study import MAX_SESSIONS
+    from ..sim.policies import ONLINE
     m.add_argument("trace", help="'synthetic', a path, or a public trace by name (kvlab traces list)")
     m.add_argument("--model", required=True)
     add_gpu(m)
@@ -222,8 +223,10 @@ def _deployment_args(m, ENGINES, ROUTERS) -> None:
                    help="prefix cache in HBM per replica, GB (default: the KV pool over the replica's GPUs)")
     m.add_argument("--dram-gb", type=_number("--dram-gb"), default=0.0)
     m.add_argument("--ssd-gb", type=_number("--ssd-gb"), default=0.0)
-    m.add_argument("--policy", default="lru", choices=["lru"], help="eviction policy of every tier (lru)")
-    m.add_argument("--ttl-s", type=_number("--ttl-s", 0, lo_open=True), default=None, help="host-tier TTL, seconds")
+    m.add_argument("--policy", default="lru", choices=ONLINE,
+                   help="eviction policy of every prefix-cache tier (default lru; the tier stack: kvlab.sim.tierstack)")
+    m.add_argument("--ttl-s", type=_number("--ttl-s", 0, lo_open=True), default=None,
+                   help="host DRAM TTL, seconds: a DRAM block idle this long sinks to SSD, or is dropped")
     m.add_argument("--max-num-batched-tokens", type=_count("--max-num-batched-tokens", 1, 1 << 24), default=8192)
     m.add_argument("--max-num-seqs", type=_count("--max-num-seqs", 1, 1 << 20), default=256)
     m.add_argument("--max-model-len", type=_count("--max-model-len", 1, 1 << 40), default=None)

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..checks import cdiv, need_choice, need_int, need_number, need_type
 from ..errors import NoEngineLayout, ParameterError
+from ..sim.policies import ONLINE
 from ..sim.traces import Trace, access_tokens
 from .prefixcache import TierCache
 from .replica import Replica
@@ -46,7 +47,8 @@ class ServeConfig:
     cache_blocks: tuple[int, int, int] | None = None  # prefix cache per tier, trace blocks; None: no prefix caching
     block_bytes: int = 1  # bytes of one trace block (tier transfers)
     read_bytes_per_s: tuple[float, float, float] = (3.35e12, 64e9, 7e9)  # into HBM from each tier (H100 defaults)
-    ttl_s: float = math.inf  # host-tier copies expire this long after last use
+    ttl_s: float = math.inf  # host DRAM copies expire this long after last use (to SSD: kvlab.sim.tierstack)
+    policy: str = "lru"  # eviction policy of every prefix-cache tier (an online one: kvlab.sim.policies.ONLINE)
     gpus_per_replica: int = 1  # GPUs of one replica (TP x PP), for GPU-seconds
     closed_loop: bool | None = None  # sessions wait for their previous turn; None: when the trace has sessions
     layout_note: str = ""  # how the KV pool was counted, when not by the engine's own layout (deployment_config)
@@ -64,6 +66,7 @@ class ServeConfig:
         need_number("overlap_weight", self.overlap_weight, 0.0)
         need_int("gpus_per_replica", self.gpus_per_replica, 1)
         need_number("ttl_s", self.ttl_s, 0.0, lo_open=True, finite=False)
+        need_choice("policy", self.policy, ONLINE)
         if self.cache_blocks is not None:
             if len(self.cache_blocks) != 3:
                 raise ParameterError("cache_blocks needs one capacity per tier (hbm, dram, ssd)")
@@ -219,7 +222,7 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
     a = _Arrays(trace, cfg.read_bytes_per_s)
     caching = cfg.cache_blocks is not None and trace.has_prefixes
     reps = [Replica(i, cfg.pool_tokens // cfg.page_tokens, cfg.page_tokens, cfg.max_num_batched_tokens,
-                    cfg.max_num_seqs, TierCache(cfg.cache_blocks, cfg.block_bytes, cfg.ttl_s) if caching else None, a)
+                    cfg.max_num_seqs, TierCache(cfg.cache_blocks, cfg.block_bytes, cfg.ttl_s, cfg.policy) if caching else None, a)
             for i in range(cfg.replicas)]
     limit = min(cfg.max_model_len or cfg.pool_tokens, (cfg.pool_tokens // cfg.page_tokens) * cfg.page_tokens)
     closed = cfg.closed_loop if cfg.closed_loop is not None else trace.session_ids is not None
