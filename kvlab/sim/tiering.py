@@ -9,6 +9,8 @@ expires `ttl_s` seconds after its last use (to SSD when there is one). Capacitie
 into blocks with the model's own bytes per token (kvlab.engines). Per tier and overall: hits by blocks
 and tokens, recomputed tokens, bytes moved, and a TTFT per request = recomputed tokens / prefill
 throughput + hit blocks' transfer from their tier.
+The rules (exclusive tiers, empty tiers skipped, admission, the DRAM TTL) are kvlab.sim.tierstack's, which
+serve-sim's replicas use too.
 
 Engines that give the same answers where both apply (tests hold them equal):
   `simulate_lru_fast`   LRU everywhere: exclusive LRU tiers with demote-on-evict and promote-on-hit behave as one
