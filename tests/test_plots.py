@@ -151,3 +151,14 @@ def test_slo_line_is_labelled():
     assert plots.slo_line(ax, float("nan"), "tpot_p99") is None
     assert plots.slo_line(ax, None, "tpot_p99") is None
     plt.close(fig)
+
+
+def test_record_brief_prints_no_raw_dict(capsys):
+    from kvlab.nb.record import record
+
+    v = record("sessions_per_gpu_test", {"qwen3-8b|H100|131072": 2, "qwen3-8b|H200|131072": 5}, brief=True)
+    assert v == {"qwen3-8b|H100|131072": 2, "qwen3-8b|H200|131072": 5}  # the stored value is whole
+    out = capsys.readouterr().out
+    assert out.strip() == "sessions_per_gpu_test: 2 values recorded" and "{" not in out
+    record("one_count_test", 214, brief=True)
+    assert capsys.readouterr().out.strip() == "one_count_test = 214"  # a scalar reads as itself

@@ -21,6 +21,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator
 
 from ..explain import fmt_size
 
+FOOT = 0.5  # the foot of a sessions axis: a bar of 1 stands out from it, a 0 is written on it
 HEATMAP_CMAP = "cividis"  # colour-blind-safe and perceptually uniform (Nunez et al. 2018, PLOS ONE 13(7): e0199239)
 COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
 MARKERS = ["o", "^", "s", "D"]  # one per context in the frontier
@@ -194,7 +195,7 @@ def sessions_bars(values: dict[tuple[str, str, int], int], models: list[str], gp
             shown = [(x, v) for x, v in zip(xs, vals) if v > 0]
             ax.bar([x for x, _ in shown], [v for _, v in shown], w, color=COLOURS[i % len(COLOURS)], label=m)
             for x, v in zip(xs, vals):
-                ax.annotate(str(v), (x, v if v > 0 else 1), xytext=(0, 1), textcoords="offset points",
+                ax.annotate(str(v), (x, v if v > 0 else FOOT), xytext=(0, 1), textcoords="offset points",
                             ha="center", va="bottom", fontsize=8, color="black" if v > 0 else "0.35")
             got = [(x, (marks or {}).get((m, g, T))) for x, g in zip(xs, gpus)]
             got = [(x, v) for x, v in got if v is not None and v == v and v > 0]
@@ -202,13 +203,13 @@ def sessions_bars(values: dict[tuple[str, str, int], int], models: list[str], gp
                     label=mark_label if i == 0 and ax is axes[0] and mark_label else None)
         ax.set_xticks(np.arange(len(gpus)) + w * (len(models) - 1) / 2, gpus)
         ax.set_yscale("log")
-        ax.set_ylim(0.7, top * 2)
+        ax.set_ylim(FOOT, top * 2)
         ax.set_title(f"{T:,}-token sessions")
+        if any(values[m, g, T] == 0 for m in models for g in gpus):
+            ax.set_xlabel("0: not one session fits (no bar: a log axis has no zero)", fontsize=8, color="0.35")
     axes[0].set_ylabel("sessions per GPU (log): held while decoding")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=len(models) + 1, fontsize=8)
-    fig.text(0.99, 0.005, "0: not one session fits (no bar on a log axis)", ha="right", va="bottom", fontsize=7,
-             color="0.35")
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
