@@ -139,6 +139,9 @@ def test_sessions_bars_put_no_zero_on_the_log_axis():
     assert sorted(heights) == sorted(v for v in values.values() if v)  # each count drawn as itself
     zeros = [t for ax in fig.axes for t in ax.texts if t.get_text() == "0"]
     assert len(zeros) == sum(v == 0 for v in values.values())  # ... and each 0 written
+    for t in zeros:  # ... inside its panel, where a reader sees it
+        lo, hi = t.axes.get_xlim()
+        assert lo < t.xy[0] < hi
     plt.close(fig)
 
 

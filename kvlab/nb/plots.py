@@ -202,6 +202,7 @@ def sessions_bars(values: dict[tuple[str, str, int], int], models: list[str], gp
             ax.plot([x for x, _ in got], [v for _, v in got], "k_", markersize=14, markeredgewidth=2,
                     label=mark_label if i == 0 and ax is axes[0] and mark_label else None)
         ax.set_xticks(np.arange(len(gpus)) + w * (len(models) - 1) / 2, gpus)
+        ax.set_xlim(-w, len(gpus) - 1 + w * len(models))  # every slot, with or without a bar
         ax.set_yscale("log")
         ax.set_ylim(FOOT, top * 2)
         ax.set_title(f"{T:,}-token sessions")
