@@ -144,7 +144,8 @@ def frontier(points: list[FrontierPoint], task: str, figsize=(13, 9)):
     bottom.set_ylabel("perplexity change vs BF16, % (paired bootstrap 95%)")
     bottom.set_xlabel("bytes held per sequence (measured)")
     top.set_title(f"{task} accuracy and perplexity against the bytes held, at "
-                  + ", ".join(f"{T:,}" for T in contexts) + f" tokens (filled: {contexts[0]:,}; '@' names another)", fontsize=10)
+                  + ", ".join(f"{T:,}" for T in contexts)
+                  + f" tokens (filled: {contexts[0]:,}; '@' names another)", fontsize=10)
     top.legend(fontsize=7, loc="lower right", ncol=max(1, len(contexts)))
     bottom.axhline(0, color="k", lw=0.8)
     fig.tight_layout()
