@@ -112,6 +112,8 @@ def place_labels(ax, points, labels, fontsize: float = 7, step: float = 1.1, tri
 
 def frontier(points: list[FrontierPoint], task: str, figsize=(13, 9)):
     """Accuracy (top) and perplexity change (bottom) against bytes held: colour per model, marker per context."""
+    if not points:
+        raise ValueError("frontier: no points to draw")
     models = list(dict.fromkeys(p.model for p in points))
     contexts = sorted({p.context for p in points})
     fig, (top, bottom) = plt.subplots(2, 1, figsize=figsize, sharex=True)
@@ -145,7 +147,8 @@ def frontier(points: list[FrontierPoint], task: str, figsize=(13, 9)):
     bottom.set_xlabel("bytes held per sequence (measured)")
     top.set_title(f"{task} accuracy and perplexity against the bytes held, at "
                   + ", ".join(f"{T:,}" for T in contexts)
-                  + f" tokens (filled: {contexts[0]:,}; '@' names another)", fontsize=10)
+                  + " tokens" + (f" (filled: {contexts[0]:,}; '@' names another)" if len(contexts) > 1 else ""),
+                  fontsize=10)
     top.legend(fontsize=7, loc="lower right", ncol=max(1, len(contexts)))
     bottom.axhline(0, color="k", lw=0.8)
     fig.tight_layout()
