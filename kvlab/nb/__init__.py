@@ -14,6 +14,8 @@ Conventions for a notebook (tests/test_notebook_conventions.py checks the first 
    `Fraction`s from kvlab's byte math (not `float(...)` of them). A float is a measured value: kept to 4
    significant digits and compared within rtol 0.5%; pass `rtol=` / `atol=` / `digits=` where the data
    supports less (a chaotic decode's KL: rtol=0.02; float32 noise-floor errors: digits=1, atol=1e-5).
+   A dict or list that a table beside it already shows: `record(..., brief=True)`, so the reader sees one
+   line ('name: 30 values recorded'), not a raw Python dict.
 4. Tables: round floats to what the data supports (`df.round(3)`), keep byte and count columns integer.
    A notebook whose shown floats come out of torch / BLAS reductions declares its tolerance in the notebook
    metadata, {"kvlab": {"float_rtol": 0.005}} (plus "float_atol" for values at float32's noise floor);
@@ -25,5 +27,6 @@ Conventions for a notebook (tests/test_notebook_conventions.py checks the first 
    and a bad parameter's message.
 Modules: params (the dataclass base), one per notebook topic (above), record (named results), tolerance (how outputs compare), nbval_plugin
 (wires tolerance into nbval; skips trace-only cells marked "# needs: Mooncake traces"), runner (batch runs),
-sweep (parameter grids on dask), figures (README figures), nbclean (strip volatile metadata).
+sweep (parameter grids on dask), figures (README figures), plots (the figures' drawing, checked by tests/test_plots.py),
+nbclean (strip volatile metadata).
 """

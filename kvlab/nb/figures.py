@@ -96,7 +96,7 @@ FIGURES = [
            + _fewest(r)
            + ("; every kvlab cache held exactly the bytes kvlab predicts" if r["held_equals_predicted"] is True
               else "; held bytes differ from kvlab's prediction")),
-    Figure("needle-heatmap", "08", "imshow(grid",
+    Figure("needle-heatmap", "08", "needle_heatmap(",
            "Needle-in-a-haystack accuracy by context length and needle depth, per setting, measured on the dense "
            "model (1,024 tokens is its training length)",
            lambda r: "mean accuracy at 1,024 tokens " + ", ".join(

@@ -89,16 +89,23 @@ def payload(name: str, value, unit: str = "", digits: int | None = None, rtol: f
 
 
 def record(name: str, value, unit: str = "", digits: int | None = None, rtol: float | None = None,
-           atol: float | None = None):
+           atol: float | None = None, brief: bool = False):
     """Record a named result (shown in the notebook, collected by `kvlab run`). Returns the stored value.
 
     Measured floats are kept to `digits` significant digits (DIGITS) and compared across machines within
     `rtol` (RTOL, relative) or `atol` (absolute); exact values (ints, strings, Fractions, short decimals)
-    exactly. Giving any of the three declares every float of `value` measured."""
+    exactly. Giving any of the three declares every float of `value` measured. `brief`: a dict or list that a
+    table already shows is written as one line naming how many values were recorded, not as raw Python (the
+    payload, which `kvlab run` and nbval read, is the same)."""
     p = payload(name, value, unit, digits, rtol, atol)
     v = p["value"]
     _SESSION[name] = v
-    text = f"{name} = {v:,}" if isinstance(v, int) and not isinstance(v, bool) else f"{name} = {v!r}"
+    if brief and isinstance(v, (dict, list)):
+        text = f"{name}: {len(v):,} values recorded"
+    elif isinstance(v, int) and not isinstance(v, bool):
+        text = f"{name} = {v:,}"
+    else:
+        text = f"{name} = {v!r}"
     bundle = {MIME: p, "text/plain": text + (f" {unit}" if unit else "")}
     try:
         from IPython import get_ipython
