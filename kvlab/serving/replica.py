@@ -204,3 +204,114 @@ class Replica:
             self.running = [r for r in self.running if r not in gone]
         self.plan = []
         return done
+
+
+class VllmReplica:
+    """One replica run by kvlab.serving.scheduler.VllmScheduler (vLLM 0.33's rules, checked step for step against
+    vLLM itself); the simulator drives it with `add` and `step`. Its prefix cache is the pool's free-but-hashed
+    blocks; the per-request arrays are shared with the simulator (index = request)."""
+
+    def __init__(self, index: int, knobs, arrays, caching: bool, record: list | None = None):
+        from .scheduler import VllmScheduler
+        self.index = index  # replica number
+        self.sched = VllmScheduler(knobs)  # vLLM's scheduler over this replica's pool
+        self.a = arrays  # the simulator's per-request arrays
+        self.caching = caching  # prefix keys from the trace's hashed blocks
+        self.reqs: dict = {}  # request -> scheduler state
+        self.inflight = None  # the step whose output is not applied yet (async scheduling)
+        self.busy_until = -1.0  # end of the step in flight (-1: idle)
+        self.busy_s = 0.0  # seconds spent in steps
+        self.steps = 0  # steps run
+        self.cache = None  # no separate prefix cache (the pool is the cache)
+        self.record = record  # list to append one dict per step to (None: no log)
+
+    @property
+    def preemptions(self) -> int:
+        return self.sched.preemptions
+
+    def outstanding(self) -> int:
+        return len(self.sched.waiting) + len(self.sched.running)
+
+    def active_blocks(self) -> int:
+        s = self.sched
+        bs = s.k.block_size
+        return s.k.num_blocks - 1 - s.pool.free_count() + sum(cdiv(r.tokens, bs) for r in s.waiting)
+
+    def _keys(self, r: int) -> list:
+        """Hash key of every full prompt block of request r: (trace block holding the block's last token, where in
+        it the block ends), so equal keys mean equal tokens up to the block's end."""
+        a = self.a
+        if not self.caching:
+            return []
+        bs, bt = self.sched.k.block_size, a.trace.block_tokens
+        ids = a.blocks_of(r)
+        keys = []
+        for j in range(int(a.input[r]) // bs):
+            last = (j + 1) * bs - 1
+            t = last // bt
+            if t >= len(ids):
+                break
+            keys.append((ids[t], last % bt))
+        return keys
+
+    def add(self, r: int) -> None:
+        from .scheduler import Req
+        q = Req(r, int(self.a.input[r]), int(self.a.output[r]), self._keys(r))
+        self.reqs[r] = q
+        self.sched.add(q)
+
+    def _apply(self, batch, now: float) -> list[int]:
+        a = self.a
+        before = {r: self.reqs[r].out for r in batch.samples}
+        done = self.sched.update(batch, self.reqs)
+        for r in batch.samples:
+            if before[r] == 0 and self.reqs[r].out > 0:
+                a.first_token[r] = now
+        for r in done:
+            a.finished[r] = now
+            a.generated[r] = self.reqs[r].out
+            del self.reqs[r]
+        return done
+
+    def step(self, now: float):
+        """At `now` (an idle replica's arrival, or the end of its step): apply what is due and schedule the next
+        step. Returns (requests completed, prefill chunks (new, context), decode contexts) of the new step (empty:
+        nothing to run)."""
+        s, a = self.sched, self.a
+        done = []
+        if self.inflight is not None and not s.k.async_scheduling:
+            done += self._apply(self.inflight, now)
+            self.inflight = None
+        before = {r.id: r.computed for r in s.running}
+        b = s.schedule()
+        if not b.tokens and self.inflight is not None:  # async, nothing to add: wait for the step in flight
+            done += self._apply(self.inflight, now)
+            self.inflight = None
+            before = {r.id: r.computed for r in s.running}
+            b = s.schedule()
+        if self.inflight is not None:
+            done += self._apply(self.inflight, now)
+        self.inflight = b if b.tokens else None
+        prefill, decode = [], []
+        for r, n in b.tokens.items():
+            q = self.reqs[r]
+            if r in b.prefix_hit:
+                c = b.prefix_hit[r]
+                if a.started[r] < 0:
+                    a.started[r] = now
+                    a.hit_tok[r] = c
+                    a.hit_tier_tok[r, 0] = c
+                    a.hit_blocks[r, 0] = c // s.k.block_size
+            else:
+                c = before[r]
+            if r in b.decode:
+                decode.append(c)
+            else:
+                prefill.append((n, c))
+        for r in b.preempted:
+            a.preempted[r] += 1
+        if self.record is not None and (b.tokens or b.preempted):
+            self.record.append(dict(time=now, replica=self.index,
+                                    tokens={r: ([0, 1] if r in b.decode else [n, 0]) for r, n in b.tokens.items()},
+                                    preempted=list(b.preempted), free_blocks=b.free_blocks))
+        return done, prefill, decode

@@ -25,11 +25,12 @@ from ..errors import NoEngineLayout, ParameterError
 from ..sim.policies import ONLINE
 from ..sim.traces import Trace, access_tokens
 from .prefixcache import TierCache
-from .replica import Replica
+from .replica import Replica, VllmReplica
 from .router import ROUTERS, route
 from .stepmodel import AffineStepModel, StepModel, Target, check_target, describe
 
 TIERS = ("hbm", "dram", "ssd")
+SCHEDULERS = ("vllm", "legacy")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,13 @@ class ServeConfig:
     closed_loop: bool | None = None  # sessions wait for their previous turn; None: when the trace has sessions
     layout_note: str = ""  # how the KV pool was counted, when not by the engine's own layout (deployment_config)
     target: Target | None = None  # the deployment deployment_config sized (None: a bare configuration)
+    num_blocks: int | None = None  # KV pool blocks per replica, vLLM's null block included (None: pool_tokens / page)
+    prefix_caching: bool = True  # vLLM's enable_prefix_caching (needs a trace with prefix information)
+    async_scheduling: bool = True  # vLLM's default: a step is scheduled before the previous one's output lands
+    chunked_prefill: bool = True  # vLLM's enable_chunked_prefill
+    long_prefill_token_threshold: int = 0  # most tokens of one prefill chunk when others wait (0: no limit)
+    reserve_full_isl: bool = True  # vLLM's scheduler_reserve_full_isl: admit only when the whole input fits
+    scheduler: str = "vllm"  # "vllm": VllmScheduler (vLLM 0.33's rules); "legacy": the replica with host tiers
 
     def __post_init__(self):
         need_int("replicas", self.replicas, 1)
@@ -60,6 +68,17 @@ class ServeConfig:
         need_int("page_tokens", self.page_tokens, 1)
         need_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
         need_int("max_num_seqs", self.max_num_seqs, 1)
+        need_choice("scheduler", self.scheduler, SCHEDULERS)
+        need_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        if self.num_blocks is not None:
+            need_int("num_blocks", self.num_blocks, 2)  # one is vLLM's null block
+        if self.max_num_batched_tokens < self.page_tokens:
+            raise ParameterError(f"max_num_batched_tokens ({self.max_num_batched_tokens:,}) is below one block "
+                                 f"({self.page_tokens} tokens): a step could not fill a block")
+        if (not self.chunked_prefill and self.max_model_len is not None
+                and self.max_num_batched_tokens < self.max_model_len):
+            raise ParameterError(f"without chunked prefill max_num_batched_tokens ({self.max_num_batched_tokens:,}) "
+                                 f"must be at least max_model_len ({self.max_model_len:,}), as vLLM requires")
         if self.max_model_len is not None:
             need_int("max_model_len", self.max_model_len, 1)
         need_choice("router", self.router, ROUTERS)
@@ -139,6 +158,9 @@ class ServeResult:
     mean_in_system: float  # time-average requests in the system, integrated by the event loop
     slo: dict = field(default_factory=dict)  # ttft_s / tpot_s limits used for goodput
     step_time: dict = field(default_factory=dict)  # where the step times come from (stepmodel.describe)
+    request_preemptions: np.ndarray | None = None  # [R] times each request was preempted
+    prefix_hit_tokens: np.ndarray | None = None  # [R] prefix-hit tokens of each request at its first admission
+    steps_log: list | None = None  # one dict per step (record_steps=True): time, replica, tokens, preempted, free
 
     @property
     def completed(self) -> np.ndarray:
@@ -196,7 +218,7 @@ FAST_FORWARD_STEPS = 4096  # most decode steps one fast-forward prices at once
 
 
 def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model: StepModel | None = None,
-                     slo: dict | None = None, fast_forward: bool = True) -> ServeResult:
+                     slo: dict | None = None, fast_forward: bool = True, record_steps: bool = False) -> ServeResult:
     """Run `trace` through `config.replicas` replicas; `step_model` times each step (None: for a deployment_config,
     kvlab.serving.steptime.step_time(..., "auto") of its deployment; a bare ServeConfig needs one given). A step
     model that prices one deployment (`target`: the affine fit, a step-time source) is refused for another.
@@ -221,9 +243,15 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
     N = len(trace)
     a = _Arrays(trace, cfg.read_bytes_per_s)
     caching = cfg.cache_blocks is not None and trace.has_prefixes
-    reps = [Replica(i, cfg.pool_tokens // cfg.page_tokens, cfg.page_tokens, cfg.max_num_batched_tokens,
-                    cfg.max_num_seqs, TierCache(cfg.cache_blocks, cfg.block_bytes, cfg.ttl_s, cfg.policy) if caching else None, a)
-            for i in range(cfg.replicas)]
+    vllm = cfg.scheduler == "vllm"
+    log = [] if record_steps else None
+    knobs = scheduler_knobs(cfg)
+    if vllm:
+        reps = [VllmReplica(i, knobs, a, cfg.prefix_caching and trace.has_prefixes, log) for i in range(cfg.replicas)]
+    else:
+        reps = [Replica(i, cfg.pool_tokens // cfg.page_tokens, cfg.page_tokens, cfg.max_num_batched_tokens,
+                        cfg.max_num_seqs, TierCache(cfg.cache_blocks, cfg.block_bytes, cfg.ttl_s, cfg.policy)
+                        if caching else None, a) for i in range(cfg.replicas)]
     limit = min(cfg.max_model_len or cfg.pool_tokens, (cfg.pool_tokens // cfg.page_tokens) * cfg.page_tokens)
     closed = cfg.closed_loop if cfg.closed_loop is not None else trace.session_ids is not None
     if closed and trace.session_ids is None:
@@ -307,18 +335,44 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
         if nxt[r] >= 0:
             heapq.heappush(arrivals, (now + gap[r], 1, int(nxt[r])))
 
-    while arrivals or ends:
+    def step_vllm(rep: VllmReplica, now: float):
+        """Apply what is due on `rep` at `now` and start its next step (every event of `now` is in)."""
+        nonlocal steps, t_end
+        done, prefill, decode = rep.step(now)
+        for r in done:
+            t_end = max(t_end, now)
+            leave(r, now)
+        if not prefill and not decode:
+            rep.busy_until = -1.0
+            return
+        dt = _step_s(model, prefill, decode)
+        rep.busy_until = now + dt
+        rep.busy_s += dt
+        rep.steps += 1
+        steps += 1
+        heapq.heappush(ends, (now + dt, 0, rep.index))
+
+    due: dict = {}  # vLLM replicas to step once every event at due_t is in (arrivals of a step join it together)
+    due_t = None
+    while arrivals or ends or due:
+        t_next = min(arrivals[0][0] if arrivals else math.inf, ends[0][0] if ends else math.inf)
+        if due and t_next > due_t:
+            for i in sorted(due):
+                step_vllm(due[i], due_t)
+            due = {}
+            continue
         if ends and (not arrivals or ends[0] < arrivals[0]):  # one time order: (time, kind, index)
             now, kind, x = heapq.heappop(ends)
         else:
             now, kind, x = heapq.heappop(arrivals)
         if last_t is None:
             last_t = t0 = now
+        due_t = now
         if kind == 1:
             r = x
             a.arrival[r] = now
             count(now, +1)
-            if a.input[r] + a.output[r] > limit:
+            if (never_fits(a.input[r], a.output[r], knobs) if vllm else a.input[r] + a.output[r] > limit):
                 a.rejected[r] = True
                 leave(r, now)
                 continue
@@ -326,15 +380,26 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
             counter += 1
             a.replica[r] = i
             rep = reps[i]
-            rep.waiting.append(r)
-            if rep.busy_until < 0:
-                start(rep, now)
+            if vllm:
+                rep.add(r)
+                if rep.busy_until < 0:
+                    due[rep.index] = rep
+            else:
+                rep.waiting.append(r)
+                if rep.busy_until < 0:
+                    start(rep, now)
+        elif vllm:
+            due[x] = reps[x]
         else:
             rep = reps[x]
             for r in rep.finish_step(now):
                 t_end = max(t_end, now)
                 leave(r, now)
             start(rep, now)
+    if vllm:
+        for rep in reps:
+            if rep.sched.has_work():
+                raise ParameterError(f"replica {rep.index} stopped with requests it can never schedule")
     fin, first, started = np.array(a.finished), np.array(a.first_token), np.array(a.started)
     outn, inp = np.array(a.output, np.int64), np.array(a.input, np.int64)
     ok = ~a.rejected & np.isfinite(fin)
@@ -354,7 +419,30 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
     return ServeResult(cfg, a.arrival, queue, ttft, tpot, e2e, a.rejected.copy(),
                        np.where(ok, outn, 0), inp, hit_blocks, hit_tokens, moved, span,
                        np.array([r.busy_s for r in reps]), steps, int(sum(r.preemptions for r in reps)),
-                       float(area / span) if span > 0 else 0.0, slo, describe(model))
+                       float(area / span) if span > 0 else 0.0, slo, describe(model), np.array(a.preempted, np.int64),
+                       a.hit_tok.copy(), log)
+
+
+def scheduler_knobs(cfg: ServeConfig):
+    """The VllmScheduler settings of one replica of `cfg`."""
+    from .scheduler import SchedulerKnobs
+    nb = cfg.num_blocks if cfg.num_blocks is not None else max(cfg.pool_tokens // cfg.page_tokens, 2)
+    return SchedulerKnobs(num_blocks=nb, block_size=cfg.page_tokens, max_num_seqs=cfg.max_num_seqs,
+                          max_num_batched_tokens=cfg.max_num_batched_tokens,
+                          max_model_len=cfg.max_model_len or (nb - 1) * cfg.page_tokens,
+                          enable_prefix_caching=cfg.prefix_caching, async_scheduling=cfg.async_scheduling,
+                          enable_chunked_prefill=cfg.chunked_prefill,
+                          long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+                          reserve_full_isl=cfg.reserve_full_isl)
+
+
+def never_fits(inp: int, out: int, k) -> bool:
+    """A request vLLM would refuse (a prompt longer than max_model_len: vllm/v1/engine/input_processor.py) or could
+    never finish (its sequence needs more blocks than the pool has, less the null block: vLLM would preempt it
+    forever; kvlab refuses it at arrival)."""
+    if inp > k.max_model_len:
+        return True
+    return cdiv(min(inp + out - 1, k.max_model_len), k.block_size) > k.num_blocks - 1
 
 
 def default_step_model(cfg: ServeConfig):
