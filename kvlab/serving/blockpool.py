@@ -2,7 +2,7 @@
 blocks, evicted least recently freed first.
 
 Rules follow vllm/v1/core/block_pool.py (vLLM 0.33): block 0 is the null block and never handed out; free blocks sit
-in one queue, a freed block joins its tail, a new block is taken from its head (dropping the hash it carried); a
+in one queue, a freed hashed block joins its tail (an unhashed one its head), a new block is taken from its head (dropping the hash it carried); a
 full block of a request is hashed with its prefix and a later request whose block has the same key takes the same
 block (its reference count rises, it leaves the free queue if it sat there); a block whose count falls to zero joins
 the free queue but keeps its hash until it is taken again.
@@ -72,8 +72,17 @@ class BlockPool:
         self.cached.setdefault(k, {})[b] = None
 
     def free(self, blocks) -> None:
-        """Release one request's blocks, its last block first (vLLM frees in reverse, so the tail is evicted first)."""
+        """Release one request's blocks, its last block first (vLLM frees in reverse, so the tail is evicted first):
+        a block no longer held goes to the back of the free queue if it is hashed (LRU), to the front if not
+        (vLLM reuses blocks that can never hit first: block_pool.py free_blocks)."""
+        first = []
         for b in reversed(blocks):
             self.ref[b] -= 1
             if self.ref[b] == 0:
-                self.free_q[b] = None
+                if self.key[b] is None:
+                    first.append(b)
+                else:
+                    self.free_q[b] = None
+        for b in reversed(first):
+            self.free_q[b] = None
+            self.free_q.move_to_end(b, last=False)

@@ -313,5 +313,6 @@ class VllmReplica:
         if self.record is not None and (b.tokens or b.preempted):
             self.record.append(dict(time=now, replica=self.index,
                                     tokens={r: ([0, 1] if r in b.decode else [n, 0]) for r, n in b.tokens.items()},
-                                    preempted=list(b.preempted), free_blocks=b.free_blocks))
+                                    preempted=list(b.preempted), free_blocks=b.free_blocks,
+                                    prefix_hit=dict(b.prefix_hit)))
         return done, prefill, decode
