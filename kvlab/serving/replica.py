@@ -222,7 +222,7 @@ class VllmReplica:
         self.busy_until = -1.0  # end of the step in flight (-1: idle)
         self.busy_s = 0.0  # seconds spent in steps
         self.steps = 0  # steps run
-        self.cache = None  # no separate prefix cache (the pool is the cache)
+        self.cache = _PoolPeek(self) if caching else None  # what the prefix router asks (the pool is the cache)
         self.record = record  # list to append one dict per step to (None: no log)
 
     @property
@@ -301,7 +301,7 @@ class VllmReplica:
                     a.started[r] = now
                     a.hit_tok[r] = c
                     a.hit_tier_tok[r, 0] = c
-                    a.hit_blocks[r, 0] = c // s.k.block_size
+                    a.hit_blocks[r, 0] = c // a.trace.block_tokens if a.trace.has_prefixes else 0
             else:
                 c = before[r]
             if r in b.decode:
@@ -316,3 +316,22 @@ class VllmReplica:
                                     preempted=list(b.preempted), free_blocks=b.free_blocks,
                                     prefix_hit=dict(b.prefix_hit)))
         return done, prefill, decode
+
+
+class _PoolPeek:
+    """A VllmReplica's prefix hits as the prefix router asks for them: leading trace blocks whose last full KV block
+    is cached in the pool (no state change)."""
+
+    def __init__(self, rep: VllmReplica):
+        self.rep = rep  # the replica
+        self.moved: dict = {}  # bytes moved between tiers (none: one tier)
+
+    def peek(self, blocks) -> int:
+        bt, bs = self.rep.a.trace.block_tokens, self.rep.sched.k.block_size
+        cached = self.rep.sched.pool.cached
+        n = 0
+        for b in blocks:
+            if (b, (bt // bs) * bs - 1) not in cached:
+                break
+            n += 1
+        return n

@@ -72,6 +72,9 @@ class ServeConfig:
         need_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
         if self.num_blocks is not None:
             need_int("num_blocks", self.num_blocks, 2)  # one is vLLM's null block
+        elif self.pool_tokens < 2 * self.page_tokens:
+            raise ParameterError(f"a pool of {self.pool_tokens:,} tokens holds {self.pool_tokens // self.page_tokens} "
+                                 f"blocks of {self.page_tokens} tokens: vLLM needs two at least (one is its null block)")
         if self.max_num_batched_tokens < self.page_tokens:
             raise ParameterError(f"max_num_batched_tokens ({self.max_num_batched_tokens:,}) is below one block "
                                  f"({self.page_tokens} tokens): a step could not fill a block")
@@ -423,10 +426,15 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
                        a.hit_tok.copy(), log)
 
 
+def scheduler_blocks(cfg: ServeConfig) -> int:
+    """KV pool blocks of one replica, vLLM's null block included."""
+    return cfg.num_blocks if cfg.num_blocks is not None else max(cfg.pool_tokens // cfg.page_tokens, 2)
+
+
 def scheduler_knobs(cfg: ServeConfig):
     """The VllmScheduler settings of one replica of `cfg`."""
     from .scheduler import SchedulerKnobs
-    nb = cfg.num_blocks if cfg.num_blocks is not None else max(cfg.pool_tokens // cfg.page_tokens, 2)
+    nb = scheduler_blocks(cfg)
     return SchedulerKnobs(num_blocks=nb, block_size=cfg.page_tokens, max_num_seqs=cfg.max_num_seqs,
                           max_num_batched_tokens=cfg.max_num_batched_tokens,
                           max_model_len=cfg.max_model_len or (nb - 1) * cfg.page_tokens,
@@ -496,7 +504,8 @@ def replica_capacity(model, gpu, par, engine: str | None, kv_format=None, utiliz
 def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", tp: int = 1, pp: int = 1,
                       replicas: int = 1, kv_format=None, hbm_gb: float | None = None, dram_gb: float = 0.0,
                       ssd_gb: float = 0.0, ttl_s: float = math.inf, utilization: float = 0.9,
-                      activation_gb: float = 4.0, **scheduler) -> ServeConfig:
+                      activation_gb: float = 4.0, block_size: int | None = None, num_blocks: int | None = None,
+                      pool_tokens: int | None = None, **scheduler) -> ServeConfig:
     """A ServeConfig for `replicas` copies of `model` on `gpu` under TP x PP: the KV pool of one replica is
     kvlab.serving.capacity.plan's usable KV bytes over its per-GPU bytes per token (the engine's paging and memory
     rule); the prefix cache holds `hbm_gb` (default: the pool's bytes over the replica's GPUs) plus the DRAM / SSD budgets, in trace
@@ -515,11 +524,24 @@ def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", 
         raise ParameterError(f"{cap.model} on {cap.gpu.name}: the KV pool holds no token")
     from ..engines import allocate
     page = allocate(model, kv_format=kv_format, engine=engine).engine.block_tokens or 16  # exact storage: vLLM's 16
+    if block_size is not None:
+        page = need_int("block_size", block_size, 1)
+    if num_blocks is not None and pool_tokens is not None:
+        raise ParameterError(f"give the pool as num_blocks ({num_blocks:,}) or pool_tokens ({pool_tokens:,}), not both")
+    if pool_tokens is not None:
+        pool = need_int("pool_tokens", pool_tokens, 1)
+        if pool % page:
+            raise ParameterError(f"block size {page} does not divide the pool of {pool:,} tokens "
+                                 f"({pool // page:,} blocks and {pool % page} tokens over)")
+    if num_blocks is not None:
+        pool = need_int("num_blocks", num_blocks, 2) * page
     g = get_gpu(gpu)
     bt = trace.block_tokens
     hbm = cap.usable_kv_bytes * par.gpus / 1e9 if hbm_gb is None else hbm_gb  # the replica's GPUs hold the pool
     tiers = make_tiers(model, hbm, dram_gb, ssd_gb, gpu=g, block_tokens=bt, ttl_s=ttl_s, kv_format=kv_format)
-    return ServeConfig(replicas=need_int("replicas", replicas, 1), pool_tokens=pool, page_tokens=page,
+    # host tiers run on the legacy replica until the tier stack serves the vLLM scheduler (issue 36 item 4)
+    scheduler.setdefault("scheduler", "legacy" if dram_gb > 0 or ssd_gb > 0 else "vllm")
+    return ServeConfig(replicas=need_int("replicas", replicas, 1), pool_tokens=pool, page_tokens=page, num_blocks=num_blocks,
                        cache_blocks=tiers.capacity_blocks if trace.has_prefixes else None,
                        block_bytes=tiers.block_bytes, read_bytes_per_s=tiers.read_bytes_per_s, ttl_s=ttl_s,
                        gpus_per_replica=par.gpus, layout_note=note, target=target, **scheduler)

@@ -134,6 +134,23 @@ def run(s, model_dir):
     steps, inflight = [], None
     step = 0
     done = 0
+    def apply(so, sample, at):
+        nonlocal done
+        ids = list(so.num_scheduled_tokens)
+        mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: k for k, rid in enumerate(ids)},
+                                sampled_token_ids=[[7 + int(rid)] if sample[rid] else [] for rid in ids],
+                                logprobs=None, prompt_logprobs_dict={}, pooler_output=[])
+        before_out = {rid: reqs[rid].num_output_tokens for rid in ids}
+        eco = sched.update_from_output(so, mro)
+        for rid in ids:
+            rq, i = reqs[rid], int(rid)
+            if rq.num_output_tokens > before_out[rid] and out_req[i]["first_token"] is None:
+                out_req[i]["first_token"] = at
+            if rq.is_finished() and out_req[i]["finish"] is None:
+                out_req[i]["finish"] = at
+                done += 1
+        return eco
+
     while done < R:
         while pending and s["requests"][pending[0]]["arrival_step"] <= step:
             i = pending.pop(0)
@@ -150,6 +167,14 @@ def run(s, model_dir):
         had_out = {rq.request_id: rq.num_output_tokens + rq.num_output_placeholders > 0 for rq in sched.running}
         waiting_before = {rq.request_id for rq in sched.waiting}
         so = sched.schedule()
+        if cfg["async_scheduling"] and not so.num_scheduled_tokens and inflight is not None:
+            # the engine core's batch queue: nothing to add, so it waits for the batch in flight, applies it and
+            # schedules again at once (v1/engine/core.py step_with_batch_queue)
+            apply(*inflight)
+            inflight = None
+            had_out = {rq.request_id: rq.num_output_tokens + rq.num_output_placeholders > 0 for rq in sched.running}
+            waiting_before = {rq.request_id for rq in sched.waiting}
+            so = sched.schedule()
         rec = dict(step=step, tokens={}, preempted=sorted(int(x) for x in (so.preempted_req_ids or ())),
                    free_blocks=sched.kv_cache_manager.block_pool.get_num_free_blocks(), prefix_hit={})
         sample = {}
@@ -168,23 +193,6 @@ def run(s, model_dir):
         for rid in rec["preempted"]:
             out_req[rid]["preemptions"] += 1
         steps.append(rec)
-
-        def apply(so, sample, at):
-            nonlocal done
-            ids = list(so.num_scheduled_tokens)
-            mro = ModelRunnerOutput(req_ids=ids, req_id_to_index={rid: k for k, rid in enumerate(ids)},
-                                    sampled_token_ids=[[7 + int(rid)] if sample[rid] else [] for rid in ids],
-                                    logprobs=None, prompt_logprobs_dict={}, pooler_output=[])
-            before_out = {rid: reqs[rid].num_output_tokens for rid in ids}
-            eco = sched.update_from_output(so, mro)
-            for rid in ids:
-                rq, i = reqs[rid], int(rid)
-                if rq.num_output_tokens > before_out[rid] and out_req[i]["first_token"] is None:
-                    out_req[i]["first_token"] = at
-                if rq.is_finished() and out_req[i]["finish"] is None:
-                    out_req[i]["finish"] = at
-                    done += 1
-            return eco
 
         if cfg["async_scheduling"]:
             if inflight is not None:
