@@ -13,19 +13,22 @@ from collections import OrderedDict
 
 
 class BlockPool:
-    """Blocks of one replica's KV pool."""
+    """Blocks of one replica's KV pool. The free queue is kept in three parts so that a pool of millions of blocks
+    costs nothing until it is used: blocks put back at the head (unhashed), the never-used blocks (a range, in
+    order), blocks put back at the tail (hashed); state is kept only for blocks that were handed out."""
 
     def __init__(self, num_blocks: int, caching: bool = True):
         self.num_blocks = num_blocks  # blocks in the pool, the null block included
         self.caching = caching  # prefix caching on
-        self.ref = [0] * num_blocks  # requests holding each block
-        self.key = [None] * num_blocks  # hash key of a full cached block (None: not cached)
+        self.ref: dict[int, int] = {}  # requests holding each block handed out (absent: 0)
+        self.key: dict = {}  # hash key of a full cached block (absent: not cached)
         self.cached: dict = {}  # key -> {block: None}, first cached first (vLLM keeps every block of a key)
-        self.free_q: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, num_blocks))  # LRU order
-        # block 0: vLLM's null block (block_pool.py: popped from the free queue at start, never freed)
+        self.head_q: OrderedDict[int, None] = OrderedDict()  # free blocks before the never-used ones
+        self.fresh = 1  # next never-used block (block 0: vLLM's null block, popped at start and never freed)
+        self.tail_q: OrderedDict[int, None] = OrderedDict()  # free blocks after the never-used ones (LRU order)
 
     def free_count(self) -> int:
-        return len(self.free_q)
+        return len(self.head_q) + (self.num_blocks - self.fresh) + len(self.tail_q)
 
     def hit(self, keys) -> list[int]:
         """Blocks cached for the longest run of leading keys."""
@@ -41,32 +44,46 @@ class BlockPool:
 
     def evictable(self, blocks) -> int:
         """How many of `blocks` (cache hits) sit in the free queue, so taking them uses free blocks."""
-        return sum(1 for b in blocks if self.ref[b] == 0)
+        ref = self.ref
+        return sum(1 for b in blocks if not ref.get(b))
 
     def touch(self, blocks) -> None:
+        ref = self.ref
         for b in blocks:
-            if self.ref[b] == 0:
-                del self.free_q[b]
-            self.ref[b] += 1
+            if not ref.get(b):
+                if b in self.head_q:
+                    del self.head_q[b]
+                else:
+                    del self.tail_q[b]
+                ref[b] = 1
+            else:
+                ref[b] += 1
+
+    def _pop(self) -> int:
+        if self.head_q:
+            return self.head_q.popitem(last=False)[0]
+        if self.fresh < self.num_blocks:
+            self.fresh += 1
+            return self.fresh - 1
+        return self.tail_q.popitem(last=False)[0]
 
     def take(self, n: int) -> list[int]:
         out = []
         for _ in range(n):
-            b, _ = self.free_q.popitem(last=False)
-            k = self.key[b]
+            b = self._pop()
+            k = self.key.pop(b, None)
             if k is not None:
                 bs = self.cached[k]
                 del bs[b]
                 if not bs:
                     del self.cached[k]
-                self.key[b] = None
             self.ref[b] = 1
             out.append(b)
         return out
 
     def cache(self, b: int, k) -> None:
         """Hash full block `b` under key `k` (another block of the same key stays cached beside it)."""
-        if not self.caching or self.key[b] is not None:
+        if not self.caching or b in self.key:
             return
         self.key[b] = k
         self.cached.setdefault(k, {})[b] = None
@@ -76,13 +93,17 @@ class BlockPool:
         a block no longer held goes to the back of the free queue if it is hashed (LRU), to the front if not
         (vLLM reuses blocks that can never hit first: block_pool.py free_blocks)."""
         first = []
+        ref = self.ref
         for b in reversed(blocks):
-            self.ref[b] -= 1
-            if self.ref[b] == 0:
-                if self.key[b] is None:
-                    first.append(b)
+            c = ref[b] - 1
+            if c == 0:
+                del ref[b]
+                if b in self.key:
+                    self.tail_q[b] = None
                 else:
-                    self.free_q[b] = None
+                    first.append(b)
+            else:
+                ref[b] = c
         for b in reversed(first):
-            self.free_q[b] = None
-            self.free_q.move_to_end(b, last=False)
+            self.head_q[b] = None
+            self.head_q.move_to_end(b, last=False)
