@@ -260,6 +260,32 @@ class VllmReplica:
         self.reqs[r] = q
         self.sched.add(q)
 
+    def decode_room(self, most: int) -> int:
+        """Decode steps after the one just scheduled that change nothing but counts (0: none): that step decodes
+        every running request, none waits, and in the next `k` steps no request needs a new block, samples its
+        last token (or nears it: async scheduling's guard) or ends at max_model_len. Hashing of blocks the
+        skipped tokens fill waits for the next real step, which hashes what is due: nothing is taken or freed
+        in between, so the pool is the same."""
+        s = self.sched
+        b = self.inflight
+        if s.waiting or b is None or len(b.tokens) != len(s.running) or len(b.decode) != len(b.tokens):
+            return 0
+        bs, mml = s.k.block_size, s.k.max_model_len
+        k = most
+        for r in s.running:
+            g = r.out + r.placeholders + (0 if s.k.async_scheduling else 1)  # samples applied or in flight
+            k = min(k, len(r.blocks) * bs - r.computed, min(r.max_tokens, mml - r.prompt) - g - 2)
+            if k <= 0:
+                return 0
+        return k
+
+    def skip_decodes(self, m: int) -> None:
+        """Apply `m` decode steps of the whole running batch (decode_room allows them): each computes one token of
+        every request and lands one sampled token; the step in flight stays one like them."""
+        for r in self.sched.running:
+            r.computed += m
+            r.out += m
+
     def _apply(self, batch, now: float) -> list[int]:
         a = self.a
         before = {r: self.reqs[r].out for r in batch.samples}

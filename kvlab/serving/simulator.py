@@ -349,6 +349,22 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
             rep.busy_until = -1.0
             return
         dt = _step_s(model, prefill, decode)
+        if fast_forward and not prefill and log is None:
+            k = rep.decode_room(FAST_FORWARD_STEPS)
+            if k > 0:
+                h = horizon()
+                t = now + dt
+                if t < h:
+                    dts = _decode_run_s(model, decode, k + 1)
+                    m = 0
+                    while m < k and t < h:  # skipped step m + 1 starts at t, before anything can join it
+                        t += dts[m + 1]
+                        m += 1
+                    rep.skip_decodes(m)
+                    rep.busy_s += t - now - dt
+                    rep.steps += m
+                    steps += m
+                    now, dt = t - dts[m], dts[m]
         rep.busy_until = now + dt
         rep.busy_s += dt
         rep.steps += 1
