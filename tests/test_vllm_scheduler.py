@@ -10,8 +10,8 @@ preemptions and prefix-hit tokens; per step the tokens of every request (prefill
 preempted, the free blocks and the prefix hits of requests taken from the waiting queue.
 
 Agreement (tests/schedcheck.py; requests equal / max and mean step difference / preemptions kvlab and vLLM):
-before, with main's replica at ab4d8f9: plenty 16/40, 2, 0.62; pressured 3/60, 25, 11.48, 20 vs 5; shared_prefix_pressured
-3/60, 290, 151.03; shared_prefix_no_caching 3/60, 32, 15.47, 162 vs 3 (docs/scheduler.md has every row);
+before, with main's replica at ab4d8f9: plenty 16/40, 2, 0.62; pressured 3/60, 25, 11.48, 20 vs 5;
+shared_prefix_pressured 3/60, 290, 151.03; shared_prefix_no_caching 3/60, 32, 15.47, 162 vs 3 (docs/scheduler.md has every row);
 after, with kvlab.serving.scheduler.VllmScheduler: every stream, every request and every step equal.
 """
 import numpy as np

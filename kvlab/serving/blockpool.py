@@ -2,8 +2,8 @@
 blocks, evicted least recently freed first.
 
 Rules follow vllm/v1/core/block_pool.py (vLLM 0.33): block 0 is the null block and never handed out; free blocks sit
-in one queue, a freed hashed block joins its tail (an unhashed one its head), a new block is taken from its head (dropping the hash it carried); a
-full block of a request is hashed with its prefix and a later request whose block has the same key takes the same
+in one queue, a freed hashed block joins its tail (an unhashed one its head), a new block is taken from its head
+(dropping the hash it carried); a full block of a request is hashed with its prefix and a later request whose block has the same key takes the same
 block (its reference count rises, it leaves the free queue if it sat there); a block whose count falls to zero joins
 the free queue but keeps its hash until it is taken again.
 """

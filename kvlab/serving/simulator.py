@@ -9,8 +9,10 @@ previous turn finished, so slow service delays the session. Each replica runs `k
 DRAM / SSD prefix hits into HBM. A request with no prompt or no output token is refused, as vLLM refuses it
 (vllm/v1/engine/input_processor.py _validate_prompt_len: "The decoder prompt cannot be empty"; sampling_params.py:
 max_tokens must be at least 1). The step model's description (`kvlab.serving.stepmodel.describe`) travels with
-every result. Simplifications: a request's prompt blocks enter the cache when it is admitted
-(not as its chunks complete), and the prefix cache's HBM capacity is its own budget beside the pool.
+every result. The scheduler is kvlab.serving.scheduler.VllmScheduler (vLLM 0.33's rules, checked step for step
+against vLLM itself: docs/scheduler.md), whose prefix cache is the pool's free-but-hashed blocks; with DRAM / SSD
+tiers the run uses the legacy replica (`scheduler="legacy"`: admission on the first chunk, the prefix cache's HBM
+capacity its own budget beside the pool, synchronous scheduling) until the tier stack serves the vLLM scheduler.
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ class ServeConfig:
     page_tokens: int = 16  # tokens per KV page (vLLM block_size)
     max_num_batched_tokens: int = 8192  # token budget of one step (vLLM chunked prefill)
     max_num_seqs: int = 256  # requests running at once per replica (vLLM max_num_seqs)
-    max_model_len: int | None = None  # longest request (prompt + output) accepted; None: the pool's size
+    max_model_len: int | None = None  # vLLM's: longer prompts refused, outputs capped (None: the pool's size)
     router: str = "round_robin"  # round_robin, least_loaded or prefix
     overlap_weight: float = 1.0  # prefix router: weight of uncached prefill blocks against active blocks
     cache_blocks: tuple[int, int, int] | None = None  # prefix cache per tier, trace blocks; None: no prefix caching
@@ -74,7 +76,8 @@ class ServeConfig:
             need_int("num_blocks", self.num_blocks, 2)  # one is vLLM's null block
         elif self.pool_tokens < 2 * self.page_tokens:
             raise ParameterError(f"a pool of {self.pool_tokens:,} tokens holds {self.pool_tokens // self.page_tokens} "
-                                 f"blocks of {self.page_tokens} tokens: vLLM needs two at least (one is its null block)")
+                                 f"blocks of {self.page_tokens} tokens: vLLM needs two at least (one is its null "
+                                 "block)")
         if self.max_num_batched_tokens < self.page_tokens:
             raise ParameterError(f"max_num_batched_tokens ({self.max_num_batched_tokens:,}) is below one block "
                                  f"({self.page_tokens} tokens): a step could not fill a block")
@@ -557,7 +560,8 @@ def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", 
     tiers = make_tiers(model, hbm, dram_gb, ssd_gb, gpu=g, block_tokens=bt, ttl_s=ttl_s, kv_format=kv_format)
     # host tiers run on the legacy replica until the tier stack serves the vLLM scheduler (issue 36 item 4)
     scheduler.setdefault("scheduler", "legacy" if dram_gb > 0 or ssd_gb > 0 else "vllm")
-    return ServeConfig(replicas=need_int("replicas", replicas, 1), pool_tokens=pool, page_tokens=page, num_blocks=num_blocks,
+    return ServeConfig(replicas=need_int("replicas", replicas, 1), pool_tokens=pool, page_tokens=page,
+                       num_blocks=num_blocks,
                        cache_blocks=tiers.capacity_blocks if trace.has_prefixes else None,
                        block_bytes=tiers.block_bytes, read_bytes_per_s=tiers.read_bytes_per_s, ttl_s=ttl_s,
                        gpus_per_replica=par.gpus, layout_note=note, target=target, **scheduler)
