@@ -117,7 +117,9 @@ $(VLLM_STAMP):
 
 oracle-vllm: setup $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python tests/oracles/vllm_capacity.py tests/fixtures/vllm_capacity.json
-	$(BIN)/python -m pytest -p no:xdist -o addopts= -p no:cacheprovider -q tests/test_vllm_capacity.py
+	$(VLLM_VENV)/bin/python tests/oracles/vllm_scheduler.py tests/fixtures/vllm_scheduler.json
+	$(BIN)/python -m pytest -p no:xdist -o addopts= -p no:cacheprovider -q tests/test_vllm_capacity.py \
+		tests/test_vllm_scheduler.py
 
 clean:
 	rm -rf $(VENV) $(KVPRESS_VENV) $(VLLM_VENV) runs

@@ -433,3 +433,41 @@ FOLDERS = [
 @pytest.mark.parametrize("desc, argv, words", FOLDERS, ids=[c[0] for c in FOLDERS])
 def test_output_folders_and_sweep_records(desc, argv, words, d, capsys):
     refused(argv, d, capsys, words)
+
+
+# --- serve-sim's scheduler knobs and output files (issue 36): contradictions refused before any work ---------------
+SSIM = ["serve-sim", "{d}/good.jsonl"] + SERVE + ["--step-time", "unit"]
+SCHEDULER = [
+    ("block size not dividing the pool", SSIM + ["--pool-tokens", "1000", "--block-size", "16"],
+     ["block size 16 does not divide the pool of 1,000 tokens"]),
+    ("max_num_batched_tokens below a block", SSIM + ["--max-num-batched-tokens", "8"],
+     ["max_num_batched_tokens (8) is below one block (16 tokens)"]),
+    ("zero blocks", SSIM + ["--num-blocks", "0"], ["--num-blocks"]),
+    ("one block (the null block only)", SSIM + ["--num-blocks", "1"], ["num_blocks must be"]),
+    ("both pool sizes", SSIM + ["--num-blocks", "64", "--pool-tokens", "1024"], ["not both"]),
+    ("no chunked prefill, budget below max_model_len", SSIM + ["--no-chunked-prefill", "--max-model-len", "4096",
+                                                               "--max-num-batched-tokens", "2048"],
+     ["without chunked prefill max_num_batched_tokens (2,048) must be at least max_model_len (4,096)"]),
+    ("requests-out in a missing folder", SSIM + ["--requests-out", "{d}/nowhere/r.csv"],
+     ["--requests-out", "folder {d}/nowhere does not exist"]),
+    ("steps-out over an existing file", SSIM + ["--steps-out", "{d}/good.csv"],
+     ["--steps-out {d}/good.csv: the file exists"]),
+    ("requests-out over an existing file", SSIM + ["--requests-out", "{d}/good.jsonl"], ["the file exists"]),
+]
+
+
+@pytest.mark.parametrize("desc, argv, words", SCHEDULER, ids=[c[0] for c in SCHEDULER])
+def test_scheduler_knobs_and_outputs_refused(desc, argv, words, d, capsys):
+    refused(argv, d, capsys, words)
+
+
+def test_serve_sim_writes_requests_and_steps(d, capsys):
+    argv = ["serve-sim", str(d / "good.jsonl")] + SERVE + ["--step-time", "unit", "--num-blocks", "256",
+                                                           "--requests-out", str(d / "r.csv"),
+                                                           "--steps-out", str(d / "s.jsonl")]
+    assert main(argv) == 0
+    rows = (d / "r.csv").read_text().splitlines()
+    assert rows[0] == "id,arrival_s,admitted_s,first_token_s,finish_s,preemptions,prefix_hit_tokens,rejected"
+    assert len(rows) == 3 and rows[1].startswith("0,0.0,0.0,")
+    steps = [json.loads(x) for x in (d / "s.jsonl").read_text().splitlines()]
+    assert steps[0]["time"] == 0.0 and steps[0]["tokens"] == {"0": [1000, 0]} and "free_blocks" in steps[0]

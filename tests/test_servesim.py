@@ -84,11 +84,16 @@ def test_unbounded_hits_equal_kvlab_simulate(name):
     if name != "synthetic" and not have_trace(name):
         pytest.skip(f"{name} is not on this machine")
     tr = load_trace(name, limit=3000)
-    r = simulate_serving(tr, deployment_config(MODEL, "H100", tr, hbm_gb=1e6, closed_loop=False), STEP)
     s = simulate(tr, make_tiers(MODEL, 1e6, gpu="H100", block_tokens=tr.block_tokens))
-    assert r.hit_blocks.tolist() == s.hit_blocks.tolist()
-    assert r.hit_tokens.tolist() == s.hit_tokens.tolist()
-    assert r.summary()["token_hit_rate"] == pytest.approx(s.token_hit_rate)
+    old = simulate_serving(tr, deployment_config(MODEL, "H100", tr, hbm_gb=1e6, closed_loop=False,
+                                                 scheduler="legacy"), STEP)
+    assert old.hit_blocks.tolist() == s.hit_blocks.tolist()
+    assert old.hit_tokens.tolist() == s.hit_tokens.tolist()
+    # vLLM's rules, in a pool that never evicts: a hit stops short of the prompt's last token, at a whole 16-token
+    # block, so each request may hit up to two blocks' tokens less than the trace-block count says
+    r = simulate_serving(tr, deployment_config(MODEL, "H100", tr, closed_loop=False, num_blocks=10 ** 7), STEP)
+    lost = s.hit_tokens[0] - r.hit_tokens[0]
+    assert 0 <= lost < 32 * len(tr) and r.hit_tokens[1:].tolist() == [0, 0]
 
 
 def test_tiers_move_bytes_and_hit_below_hbm():

@@ -12,7 +12,7 @@ import math
 
 from .args import add_gpu, count as _count, gpu_of, number as _number
 
-STEP_TIMES = ("auto", "aiconfigurator", "roofline", "affine")  # --step-time choices
+STEP_TIMES = ("auto", "aiconfigurator", "roofline", "affine", "unit")  # --step-time choices
 AFFINE = (("overhead_ms", "--overhead-ms", 1e-3), ("prefill_token_us", "--prefill-token-us", 1e-6),
           ("decode_request_us", "--decode-request-us", 1e-6), ("context_token_ns", "--context-token-ns", 1e-9))
 NOT_MET_EXIT = 1  # `kvlab plan`'s exit status when no candidate meets the SLO (2 stays for bad input)
@@ -25,6 +25,8 @@ def _affine(args):
     from ..errors import ParameterError
     from ..serving.stepmodel import AffineStepModel
     given = {flag: getattr(args, k) for k, flag, _ in AFFINE if getattr(args, k) is not None}
+    if args.step_time == "unit" and not given:  # every step one second: a trace counted in steps gives steps
+        return AffineStepModel(1.0, 0.0, 0.0, 0.0, basis="one second per step (--step-time unit)")
     if args.step_time != "affine":
         if given:
             raise ParameterError(f"{', '.join(given)}: the affine step model's coefficients; add --step-time affine "
@@ -62,12 +64,16 @@ def _trace(args):
 def _config(args, gpu, trace, tp: int, replicas: int = 1):
     from ..serving.simulator import deployment_config
     sched = dict(router=args.router, max_num_batched_tokens=args.max_num_batched_tokens,
-                 max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len, policy=args.policy)
+                 max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len, policy=args.policy,
+                 prefix_caching=not args.no_prefix_caching, async_scheduling=not args.sync_scheduling,
+                 chunked_prefill=not args.no_chunked_prefill, reserve_full_isl=not args.no_reserve_full_isl,
+                 long_prefill_token_threshold=args.long_prefill_token_threshold)
     if args.open_loop:
         sched["closed_loop"] = False
     return deployment_config(args.model, gpu, trace, engine=args.engine, tp=tp, pp=args.pp, replicas=replicas,
                              kv_format=args.kv_format, hbm_gb=args.hbm_gb, dram_gb=args.dram_gb, ssd_gb=args.ssd_gb,
-                             ttl_s=math.inf if args.ttl_s is None else args.ttl_s, **sched)
+                             ttl_s=math.inf if args.ttl_s is None else args.ttl_s, block_size=args.block_size,
+                             num_blocks=args.num_blocks, pool_tokens=args.pool_tokens, **sched)
 
 
 def _context(args, gpu, trace) -> dict:
@@ -93,25 +99,38 @@ def _tail_lines(out: dict, step_time: dict) -> list[str]:
 
 
 def cmd_serve_sim(args) -> int:
-    from ..serving.simulator import simulate_serving
+    from ..serving.runlog import check_new_file, write_requests_csv, write_steps_jsonl
+    from ..serving.simulator import scheduler_blocks, simulate_serving
+    for flag, path in (("--requests-out", args.requests_out), ("--steps-out", args.steps_out)):
+        if path is not None:
+            check_new_file(flag, path)
     gpu = gpu_of(args)
     tr = _trace(args)
     tp = args.tp or 1
     cfg = _config(args, gpu, tr, tp, args.replicas)
     model = _pricer(args, gpu)(tp)
     slo = {k: v for k, v in (("ttft_s", args.slo_ttft_s), ("tpot_s", args.slo_tpot_s)) if v is not None}
-    r = simulate_serving(tr, cfg, model, slo)
+    r = simulate_serving(tr, cfg, model, slo, record_steps=args.steps_out is not None)
+    if args.requests_out is not None:
+        write_requests_csv(args.requests_out, r)
+    if args.steps_out is not None:
+        write_steps_jsonl(args.steps_out, r)
     s = r.summary()
     out = {**_context(args, gpu, tr), "tp": tp, "replicas": args.replicas, "pool_tokens": cfg.pool_tokens,
+           "scheduler": cfg.scheduler, "num_blocks": scheduler_blocks(cfg), "block_size": cfg.page_tokens,
            "layout_note": cfg.layout_note or None,
            "cache_blocks": None if cfg.cache_blocks is None else dict(zip(("hbm", "dram", "ssd"), cfg.cache_blocks)),
            **s}
+    if args.explain:
+        from ..serving.scheduler import explain
+        out["scheduler_rules"] = explain(cfg.scheduler)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
     f = lambda v, u="s": "-" if v is None else f"{v:.3f} {u}"  # noqa: E731
     print(f"{_head(out)} through {args.replicas} x {args.model} on {gpu.name} (TP{tp} PP{args.pp}, {args.engine}), "
-          f"router {args.router}; pool {cfg.pool_tokens:,} tokens per replica")
+          f"router {args.router}; pool {out['num_blocks']:,} blocks of {cfg.page_tokens} tokens per replica, "
+          f"{cfg.scheduler} scheduler")
     if cfg.layout_note:
         print(f"  {cfg.layout_note}")
     print(f"  completed {out['completed']:,}, rejected {out['rejected']:,}, preemptions {out['preemptions']:,}")
@@ -122,6 +141,8 @@ def cmd_serve_sim(args) -> int:
     print(f"  prefix hits: {out['token_hit_rate']:.1%} of tokens (hbm {out['hbm_token_hit_rate']:.1%}, "
           f"dram {out['dram_token_hit_rate']:.1%}, ssd {out['ssd_token_hit_rate']:.1%})")
     print("\n".join(_tail_lines(out, s["step_time"])))
+    if args.explain:
+        print(out["scheduler_rules"])
     return 0
 
 
@@ -238,6 +259,21 @@ def _deployment_args(m, ENGINES, ROUTERS) -> None:
         unit = flag.rsplit("-", 1)[1]
         m.add_argument(flag, dest=k, type=_number(flag, 0, 1e9), default=None,
                        help=f"affine step model ({unit}; with --step-time affine, all four or none)")
+    g = m.add_argument_group("scheduler (vLLM 0.33's knobs; serve-sim --explain says what is modelled)")
+    g.add_argument("--num-blocks", type=_count("--num-blocks", 1, 1 << 40), default=None,
+                   help="KV pool blocks per replica, vLLM's null block included (default: from the GPU's memory)")
+    g.add_argument("--pool-tokens", type=_count("--pool-tokens", 1, 1 << 50), default=None,
+                   help="KV pool per replica in tokens (a multiple of --block-size; default: from the GPU's memory)")
+    g.add_argument("--block-size", type=_count("--block-size", 1, 1 << 20), default=None,
+                   help="tokens per KV block (default: the engine's, 16 for vLLM)")
+    g.add_argument("--no-chunked-prefill", action="store_true", help="a prompt's prefill is never split")
+    g.add_argument("--no-prefix-caching", action="store_true", help="no prefix caching")
+    g.add_argument("--sync-scheduling", action="store_true",
+                   help="synchronous scheduling (default: async, vLLM's default)")
+    g.add_argument("--no-reserve-full-isl", action="store_true",
+                   help="admit on the first chunk's blocks (default: the whole input must fit, vLLM's default)")
+    g.add_argument("--long-prefill-token-threshold", type=_count("--long-prefill-token-threshold"), default=0,
+                   help="most tokens of one prefill chunk when other requests wait (default 0: no limit)")
     m.add_argument("--open-loop", action="store_true", help="sessions arrive at trace times, not after their last turn")
     m.add_argument("--seed", type=_count("--seed"), default=0, help="seed of the synthetic workload")
     m.add_argument("--limit", type=_count("--limit", 1), default=None, help="read only the first N requests")
@@ -255,6 +291,14 @@ def register(sub) -> None:
     m.add_argument("--replicas", type=_count("--replicas", 1, 1 << 20), default=1, help="replicas behind the router")
     m.add_argument("--slo-ttft-s", type=_number("--slo-ttft-s", 0, lo_open=True), default=None)
     m.add_argument("--slo-tpot-s", type=_number("--slo-tpot-s", 0, lo_open=True), default=None)
+    m.add_argument("--requests-out", default=None, metavar="FILE.csv",
+                   help="write one row per request (id, arrival_s, admitted_s, first_token_s, finish_s, preemptions, "
+                        "prefix_hit_tokens, rejected); the file must not exist")
+    m.add_argument("--steps-out", default=None, metavar="FILE.jsonl",
+                   help="write one line per step (time, tokens per request [prefill, decode], preempted, free "
+                        "blocks); the file must not exist")
+    m.add_argument("--explain", action="store_true",
+                   help="also say which of vLLM 0.33's scheduling rules are modelled and which are left out")
     m.set_defaults(func=cmd_serve_sim)
     p = sub.add_parser("plan", help="fewest GPUs (TP x replicas) meeting a TTFT / TPOT SLO on a trace (serve-sim "
                                     "search); exits 1 when no candidate meets it")

@@ -204,3 +204,160 @@ class Replica:
             self.running = [r for r in self.running if r not in gone]
         self.plan = []
         return done
+
+
+class VllmReplica:
+    """One replica run by kvlab.serving.scheduler.VllmScheduler (vLLM 0.33's rules, checked step for step against
+    vLLM itself); the simulator drives it with `add` and `step`. Its prefix cache is the pool's free-but-hashed
+    blocks; the per-request arrays are shared with the simulator (index = request)."""
+
+    def __init__(self, index: int, knobs, arrays, caching: bool, record: list | None = None):
+        from .scheduler import VllmScheduler
+        self.index = index  # replica number
+        self.sched = VllmScheduler(knobs)  # vLLM's scheduler over this replica's pool
+        self.a = arrays  # the simulator's per-request arrays
+        self.caching = caching  # prefix keys from the trace's hashed blocks
+        self.reqs: dict = {}  # request -> scheduler state
+        self.inflight = None  # the step whose output is not applied yet (async scheduling)
+        self.busy_until = -1.0  # end of the step in flight (-1: idle)
+        self.busy_s = 0.0  # seconds spent in steps
+        self.steps = 0  # steps run
+        self.cache = _PoolPeek(self) if caching else None  # what the prefix router asks (the pool is the cache)
+        self.record = record  # list to append one dict per step to (None: no log)
+
+    @property
+    def preemptions(self) -> int:
+        return self.sched.preemptions
+
+    def outstanding(self) -> int:
+        return len(self.sched.waiting) + len(self.sched.running)
+
+    def active_blocks(self) -> int:
+        s = self.sched
+        bs = s.k.block_size
+        return s.k.num_blocks - 1 - s.pool.free_count() + sum(cdiv(r.tokens, bs) for r in s.waiting)
+
+    def _keys(self, r: int) -> list:
+        """Hash key of every full prompt block of request r: (trace block holding the block's last token, where in
+        it the block ends), so equal keys mean equal tokens up to the block's end."""
+        a = self.a
+        if not self.caching:
+            return []
+        bs, bt = self.sched.k.block_size, a.trace.block_tokens
+        ids = a.blocks_of(r)
+        keys = []
+        for j in range(int(a.input[r]) // bs):
+            last = (j + 1) * bs - 1
+            t = last // bt
+            if t >= len(ids):
+                break
+            keys.append((ids[t], last % bt))
+        return keys
+
+    def add(self, r: int) -> None:
+        from .scheduler import Req
+        q = Req(r, int(self.a.input[r]), int(self.a.output[r]), self._keys(r))
+        self.reqs[r] = q
+        self.sched.add(q)
+
+    def decode_room(self, most: int) -> int:
+        """Decode steps after the one just scheduled that change nothing but counts (0: none): that step decodes
+        every running request, none waits, and in the next `k` steps no request needs a new block, samples its
+        last token (or nears it: async scheduling's guard) or ends at max_model_len. Hashing of blocks the
+        skipped tokens fill waits for the next real step, which hashes what is due: nothing is taken or freed
+        in between, so the pool is the same."""
+        s = self.sched
+        b = self.inflight
+        if s.waiting or b is None or len(b.tokens) != len(s.running) or len(b.decode) != len(b.tokens):
+            return 0
+        bs, mml = s.k.block_size, s.k.max_model_len
+        k = most
+        for r in s.running:
+            g = r.out + r.placeholders + (0 if s.k.async_scheduling else 1)  # samples applied or in flight
+            k = min(k, len(r.blocks) * bs - r.computed, min(r.max_tokens, mml - r.prompt) - g - 2)
+            if k <= 0:
+                return 0
+        return k
+
+    def skip_decodes(self, m: int) -> None:
+        """Apply `m` decode steps of the whole running batch (decode_room allows them): each computes one token of
+        every request and lands one sampled token; the step in flight stays one like them."""
+        for r in self.sched.running:
+            r.computed += m
+            r.out += m
+
+    def _apply(self, batch, now: float) -> list[int]:
+        a = self.a
+        before = {r: self.reqs[r].out for r in batch.samples}
+        done = self.sched.update(batch, self.reqs)
+        for r in batch.samples:
+            if before[r] == 0 and self.reqs[r].out > 0:
+                a.first_token[r] = now
+        for r in done:
+            a.finished[r] = now
+            a.generated[r] = self.reqs[r].out
+            del self.reqs[r]
+        return done
+
+    def step(self, now: float):
+        """At `now` (an idle replica's arrival, or the end of its step): apply what is due and schedule the next
+        step. Returns (requests completed, prefill chunks (new, context), decode contexts) of the new step (empty:
+        nothing to run)."""
+        s, a = self.sched, self.a
+        done = []
+        if self.inflight is not None and not s.k.async_scheduling:
+            done += self._apply(self.inflight, now)
+            self.inflight = None
+        before = {r.id: r.computed for r in s.running}
+        b = s.schedule()
+        if not b.tokens and self.inflight is not None:  # async, nothing to add: wait for the step in flight
+            done += self._apply(self.inflight, now)
+            self.inflight = None
+            before = {r.id: r.computed for r in s.running}
+            b = s.schedule()
+        if self.inflight is not None:
+            done += self._apply(self.inflight, now)
+        self.inflight = b if b.tokens else None
+        prefill, decode = [], []
+        for r, n in b.tokens.items():
+            q = self.reqs[r]
+            if r in b.prefix_hit:
+                c = b.prefix_hit[r]
+                if a.started[r] < 0:
+                    a.started[r] = now
+                    a.hit_tok[r] = c
+                    a.hit_tier_tok[r, 0] = c
+                    a.hit_blocks[r, 0] = c // a.trace.block_tokens if a.trace.has_prefixes else 0
+            else:
+                c = before[r]
+            if r in b.decode:
+                decode.append(c)
+            else:
+                prefill.append((n, c))
+        for r in b.preempted:
+            a.preempted[r] += 1
+        if self.record is not None and (b.tokens or b.preempted):
+            self.record.append(dict(time=now, replica=self.index,
+                                    tokens={r: ([0, 1] if r in b.decode else [n, 0]) for r, n in b.tokens.items()},
+                                    preempted=list(b.preempted), free_blocks=b.free_blocks,
+                                    prefix_hit=dict(b.prefix_hit)))
+        return done, prefill, decode
+
+
+class _PoolPeek:
+    """A VllmReplica's prefix hits as the prefix router asks for them: leading trace blocks whose last full KV block
+    is cached in the pool (no state change)."""
+
+    def __init__(self, rep: VllmReplica):
+        self.rep = rep  # the replica
+        self.moved: dict = {}  # bytes moved between tiers (none: one tier)
+
+    def peek(self, blocks) -> int:
+        bt, bs = self.rep.a.trace.block_tokens, self.rep.sched.k.block_size
+        cached = self.rep.sched.pool.cached
+        n = 0
+        for b in blocks:
+            if (b, (bt // bs) * bs - 1) not in cached:
+                break
+            n += 1
+        return n

@@ -9,8 +9,10 @@ previous turn finished, so slow service delays the session. Each replica runs `k
 DRAM / SSD prefix hits into HBM. A request with no prompt or no output token is refused, as vLLM refuses it
 (vllm/v1/engine/input_processor.py _validate_prompt_len: "The decoder prompt cannot be empty"; sampling_params.py:
 max_tokens must be at least 1). The step model's description (`kvlab.serving.stepmodel.describe`) travels with
-every result. Simplifications: a request's prompt blocks enter the cache when it is admitted
-(not as its chunks complete), and the prefix cache's HBM capacity is its own budget beside the pool.
+every result. The scheduler is kvlab.serving.scheduler.VllmScheduler (vLLM 0.33's rules, checked step for step
+against vLLM itself: docs/scheduler.md), whose prefix cache is the pool's free-but-hashed blocks; with DRAM / SSD
+tiers the run uses the legacy replica (`scheduler="legacy"`: admission on the first chunk, the prefix cache's HBM
+capacity its own budget beside the pool, synchronous scheduling) until the tier stack serves the vLLM scheduler.
 """
 from __future__ import annotations
 
@@ -25,11 +27,12 @@ from ..errors import NoEngineLayout, ParameterError
 from ..sim.policies import ONLINE
 from ..sim.traces import Trace, access_tokens
 from .prefixcache import TierCache
-from .replica import Replica
+from .replica import Replica, VllmReplica
 from .router import ROUTERS, route
 from .stepmodel import AffineStepModel, StepModel, Target, check_target, describe
 
 TIERS = ("hbm", "dram", "ssd")
+SCHEDULERS = ("vllm", "legacy")
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ class ServeConfig:
     page_tokens: int = 16  # tokens per KV page (vLLM block_size)
     max_num_batched_tokens: int = 8192  # token budget of one step (vLLM chunked prefill)
     max_num_seqs: int = 256  # requests running at once per replica (vLLM max_num_seqs)
-    max_model_len: int | None = None  # longest request (prompt + output) accepted; None: the pool's size
+    max_model_len: int | None = None  # vLLM's: longer prompts refused, outputs capped (None: the pool's size)
     router: str = "round_robin"  # round_robin, least_loaded or prefix
     overlap_weight: float = 1.0  # prefix router: weight of uncached prefill blocks against active blocks
     cache_blocks: tuple[int, int, int] | None = None  # prefix cache per tier, trace blocks; None: no prefix caching
@@ -53,6 +56,13 @@ class ServeConfig:
     closed_loop: bool | None = None  # sessions wait for their previous turn; None: when the trace has sessions
     layout_note: str = ""  # how the KV pool was counted, when not by the engine's own layout (deployment_config)
     target: Target | None = None  # the deployment deployment_config sized (None: a bare configuration)
+    num_blocks: int | None = None  # KV pool blocks per replica, vLLM's null block included (None: pool_tokens / page)
+    prefix_caching: bool = True  # vLLM's enable_prefix_caching (needs a trace with prefix information)
+    async_scheduling: bool = True  # vLLM's default: a step is scheduled before the previous one's output lands
+    chunked_prefill: bool = True  # vLLM's enable_chunked_prefill
+    long_prefill_token_threshold: int = 0  # most tokens of one prefill chunk when others wait (0: no limit)
+    reserve_full_isl: bool = True  # vLLM's scheduler_reserve_full_isl: admit only when the whole input fits
+    scheduler: str = "vllm"  # "vllm": VllmScheduler (vLLM 0.33's rules); "legacy": the replica with host tiers
 
     def __post_init__(self):
         need_int("replicas", self.replicas, 1)
@@ -60,6 +70,21 @@ class ServeConfig:
         need_int("page_tokens", self.page_tokens, 1)
         need_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
         need_int("max_num_seqs", self.max_num_seqs, 1)
+        need_choice("scheduler", self.scheduler, SCHEDULERS)
+        need_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        if self.num_blocks is not None:
+            need_int("num_blocks", self.num_blocks, 2)  # one is vLLM's null block
+        elif self.pool_tokens < 2 * self.page_tokens:
+            raise ParameterError(f"a pool of {self.pool_tokens:,} tokens holds {self.pool_tokens // self.page_tokens} "
+                                 f"blocks of {self.page_tokens} tokens: vLLM needs two at least (one is its null "
+                                 "block)")
+        if self.max_num_batched_tokens < self.page_tokens:
+            raise ParameterError(f"max_num_batched_tokens ({self.max_num_batched_tokens:,}) is below one block "
+                                 f"({self.page_tokens} tokens): a step could not fill a block")
+        if (not self.chunked_prefill and self.max_model_len is not None
+                and self.max_num_batched_tokens < self.max_model_len):
+            raise ParameterError(f"without chunked prefill max_num_batched_tokens ({self.max_num_batched_tokens:,}) "
+                                 f"must be at least max_model_len ({self.max_model_len:,}), as vLLM requires")
         if self.max_model_len is not None:
             need_int("max_model_len", self.max_model_len, 1)
         need_choice("router", self.router, ROUTERS)
@@ -139,6 +164,9 @@ class ServeResult:
     mean_in_system: float  # time-average requests in the system, integrated by the event loop
     slo: dict = field(default_factory=dict)  # ttft_s / tpot_s limits used for goodput
     step_time: dict = field(default_factory=dict)  # where the step times come from (stepmodel.describe)
+    request_preemptions: np.ndarray | None = None  # [R] times each request was preempted
+    prefix_hit_tokens: np.ndarray | None = None  # [R] prefix-hit tokens of each request at its first admission
+    steps_log: list | None = None  # one dict per step (record_steps=True): time, replica, tokens, preempted, free
 
     @property
     def completed(self) -> np.ndarray:
@@ -196,7 +224,7 @@ FAST_FORWARD_STEPS = 4096  # most decode steps one fast-forward prices at once
 
 
 def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model: StepModel | None = None,
-                     slo: dict | None = None, fast_forward: bool = True) -> ServeResult:
+                     slo: dict | None = None, fast_forward: bool = True, record_steps: bool = False) -> ServeResult:
     """Run `trace` through `config.replicas` replicas; `step_model` times each step (None: for a deployment_config,
     kvlab.serving.steptime.step_time(..., "auto") of its deployment; a bare ServeConfig needs one given). A step
     model that prices one deployment (`target`: the affine fit, a step-time source) is refused for another.
@@ -221,9 +249,15 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
     N = len(trace)
     a = _Arrays(trace, cfg.read_bytes_per_s)
     caching = cfg.cache_blocks is not None and trace.has_prefixes
-    reps = [Replica(i, cfg.pool_tokens // cfg.page_tokens, cfg.page_tokens, cfg.max_num_batched_tokens,
-                    cfg.max_num_seqs, TierCache(cfg.cache_blocks, cfg.block_bytes, cfg.ttl_s, cfg.policy) if caching else None, a)
-            for i in range(cfg.replicas)]
+    vllm = cfg.scheduler == "vllm"
+    log = [] if record_steps else None
+    knobs = scheduler_knobs(cfg)
+    if vllm:
+        reps = [VllmReplica(i, knobs, a, cfg.prefix_caching and trace.has_prefixes, log) for i in range(cfg.replicas)]
+    else:
+        reps = [Replica(i, cfg.pool_tokens // cfg.page_tokens, cfg.page_tokens, cfg.max_num_batched_tokens,
+                        cfg.max_num_seqs, TierCache(cfg.cache_blocks, cfg.block_bytes, cfg.ttl_s, cfg.policy)
+                        if caching else None, a) for i in range(cfg.replicas)]
     limit = min(cfg.max_model_len or cfg.pool_tokens, (cfg.pool_tokens // cfg.page_tokens) * cfg.page_tokens)
     closed = cfg.closed_loop if cfg.closed_loop is not None else trace.session_ids is not None
     if closed and trace.session_ids is None:
@@ -307,18 +341,60 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
         if nxt[r] >= 0:
             heapq.heappush(arrivals, (now + gap[r], 1, int(nxt[r])))
 
-    while arrivals or ends:
+    def step_vllm(rep: VllmReplica, now: float):
+        """Apply what is due on `rep` at `now` and start its next step (every event of `now` is in)."""
+        nonlocal steps, t_end
+        done, prefill, decode = rep.step(now)
+        for r in done:
+            t_end = max(t_end, now)
+            leave(r, now)
+        if not prefill and not decode:
+            rep.busy_until = -1.0
+            return
+        dt = _step_s(model, prefill, decode)
+        if fast_forward and not prefill and log is None:
+            k = rep.decode_room(FAST_FORWARD_STEPS)
+            if k > 0:
+                h = horizon()
+                t = now + dt
+                if t < h:
+                    dts = _decode_run_s(model, decode, k + 1)
+                    m = 0
+                    while m < k and t < h:  # skipped step m + 1 starts at t, before anything can join it
+                        t += dts[m + 1]
+                        m += 1
+                    rep.skip_decodes(m)
+                    rep.busy_s += t - now - dt
+                    rep.steps += m
+                    steps += m
+                    now, dt = t - dts[m], dts[m]
+        rep.busy_until = now + dt
+        rep.busy_s += dt
+        rep.steps += 1
+        steps += 1
+        heapq.heappush(ends, (now + dt, 0, rep.index))
+
+    due: dict = {}  # vLLM replicas to step once every event at due_t is in (arrivals of a step join it together)
+    due_t = None
+    while arrivals or ends or due:
+        t_next = min(arrivals[0][0] if arrivals else math.inf, ends[0][0] if ends else math.inf)
+        if due and t_next > due_t:
+            for i in sorted(due):
+                step_vllm(due[i], due_t)
+            due = {}
+            continue
         if ends and (not arrivals or ends[0] < arrivals[0]):  # one time order: (time, kind, index)
             now, kind, x = heapq.heappop(ends)
         else:
             now, kind, x = heapq.heappop(arrivals)
         if last_t is None:
             last_t = t0 = now
+        due_t = now
         if kind == 1:
             r = x
             a.arrival[r] = now
             count(now, +1)
-            if a.input[r] + a.output[r] > limit:
+            if (never_fits(a.input[r], a.output[r], knobs) if vllm else a.input[r] + a.output[r] > limit):
                 a.rejected[r] = True
                 leave(r, now)
                 continue
@@ -326,15 +402,26 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
             counter += 1
             a.replica[r] = i
             rep = reps[i]
-            rep.waiting.append(r)
-            if rep.busy_until < 0:
-                start(rep, now)
+            if vllm:
+                rep.add(r)
+                if rep.busy_until < 0:
+                    due[rep.index] = rep
+            else:
+                rep.waiting.append(r)
+                if rep.busy_until < 0:
+                    start(rep, now)
+        elif vllm:
+            due[x] = reps[x]
         else:
             rep = reps[x]
             for r in rep.finish_step(now):
                 t_end = max(t_end, now)
                 leave(r, now)
             start(rep, now)
+    if vllm:
+        for rep in reps:
+            if rep.sched.has_work():
+                raise ParameterError(f"replica {rep.index} stopped with requests it can never schedule")
     fin, first, started = np.array(a.finished), np.array(a.first_token), np.array(a.started)
     outn, inp = np.array(a.output, np.int64), np.array(a.input, np.int64)
     ok = ~a.rejected & np.isfinite(fin)
@@ -354,7 +441,35 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
     return ServeResult(cfg, a.arrival, queue, ttft, tpot, e2e, a.rejected.copy(),
                        np.where(ok, outn, 0), inp, hit_blocks, hit_tokens, moved, span,
                        np.array([r.busy_s for r in reps]), steps, int(sum(r.preemptions for r in reps)),
-                       float(area / span) if span > 0 else 0.0, slo, describe(model))
+                       float(area / span) if span > 0 else 0.0, slo, describe(model), np.array(a.preempted, np.int64),
+                       a.hit_tok.copy(), log)
+
+
+def scheduler_blocks(cfg: ServeConfig) -> int:
+    """KV pool blocks of one replica, vLLM's null block included."""
+    return cfg.num_blocks if cfg.num_blocks is not None else max(cfg.pool_tokens // cfg.page_tokens, 2)
+
+
+def scheduler_knobs(cfg: ServeConfig):
+    """The VllmScheduler settings of one replica of `cfg`."""
+    from .scheduler import SchedulerKnobs
+    nb = scheduler_blocks(cfg)
+    return SchedulerKnobs(num_blocks=nb, block_size=cfg.page_tokens, max_num_seqs=cfg.max_num_seqs,
+                          max_num_batched_tokens=cfg.max_num_batched_tokens,
+                          max_model_len=cfg.max_model_len or (nb - 1) * cfg.page_tokens,
+                          enable_prefix_caching=cfg.prefix_caching, async_scheduling=cfg.async_scheduling,
+                          enable_chunked_prefill=cfg.chunked_prefill,
+                          long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+                          reserve_full_isl=cfg.reserve_full_isl)
+
+
+def never_fits(inp: int, out: int, k) -> bool:
+    """A request vLLM would refuse (a prompt longer than max_model_len: vllm/v1/engine/input_processor.py) or could
+    never finish (its sequence needs more blocks than the pool has, less the null block: vLLM would preempt it
+    forever; kvlab refuses it at arrival)."""
+    if inp > k.max_model_len:
+        return True
+    return cdiv(min(inp + out - 1, k.max_model_len), k.block_size) > k.num_blocks - 1
 
 
 def default_step_model(cfg: ServeConfig):
@@ -408,7 +523,8 @@ def replica_capacity(model, gpu, par, engine: str | None, kv_format=None, utiliz
 def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", tp: int = 1, pp: int = 1,
                       replicas: int = 1, kv_format=None, hbm_gb: float | None = None, dram_gb: float = 0.0,
                       ssd_gb: float = 0.0, ttl_s: float = math.inf, utilization: float = 0.9,
-                      activation_gb: float = 4.0, **scheduler) -> ServeConfig:
+                      activation_gb: float = 4.0, block_size: int | None = None, num_blocks: int | None = None,
+                      pool_tokens: int | None = None, **scheduler) -> ServeConfig:
     """A ServeConfig for `replicas` copies of `model` on `gpu` under TP x PP: the KV pool of one replica is
     kvlab.serving.capacity.plan's usable KV bytes over its per-GPU bytes per token (the engine's paging and memory
     rule); the prefix cache holds `hbm_gb` (default: the pool's bytes over the replica's GPUs) plus the DRAM / SSD budgets, in trace
@@ -427,11 +543,25 @@ def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", 
         raise ParameterError(f"{cap.model} on {cap.gpu.name}: the KV pool holds no token")
     from ..engines import allocate
     page = allocate(model, kv_format=kv_format, engine=engine).engine.block_tokens or 16  # exact storage: vLLM's 16
+    if block_size is not None:
+        page = need_int("block_size", block_size, 1)
+    if num_blocks is not None and pool_tokens is not None:
+        raise ParameterError(f"give the pool as num_blocks ({num_blocks:,}) or pool_tokens ({pool_tokens:,}), not both")
+    if pool_tokens is not None:
+        pool = need_int("pool_tokens", pool_tokens, 1)
+        if pool % page:
+            raise ParameterError(f"block size {page} does not divide the pool of {pool:,} tokens "
+                                 f"({pool // page:,} blocks and {pool % page} tokens over)")
+    if num_blocks is not None:
+        pool = need_int("num_blocks", num_blocks, 2) * page
     g = get_gpu(gpu)
     bt = trace.block_tokens
     hbm = cap.usable_kv_bytes * par.gpus / 1e9 if hbm_gb is None else hbm_gb  # the replica's GPUs hold the pool
     tiers = make_tiers(model, hbm, dram_gb, ssd_gb, gpu=g, block_tokens=bt, ttl_s=ttl_s, kv_format=kv_format)
+    # host tiers run on the legacy replica until the tier stack serves the vLLM scheduler (issue 36 item 4)
+    scheduler.setdefault("scheduler", "legacy" if dram_gb > 0 or ssd_gb > 0 else "vllm")
     return ServeConfig(replicas=need_int("replicas", replicas, 1), pool_tokens=pool, page_tokens=page,
+                       num_blocks=num_blocks,
                        cache_blocks=tiers.capacity_blocks if trace.has_prefixes else None,
                        block_bytes=tiers.block_bytes, read_bytes_per_s=tiers.read_bytes_per_s, ttl_s=ttl_s,
                        gpus_per_replica=par.gpus, layout_note=note, target=target, **scheduler)
