@@ -106,7 +106,7 @@ oracle-kvpress: setup $(KVPRESS_STAMP)
 # question-agnostic, bfloat16 on CPU) for every registered press at compression ratio 0.75 (and 0.5 for the first
 # KVPRESS_HALF samples) and without a press, on samples kvlab writes (tests/fixtures/kvpress_smollm2_samples.jsonl):
 # tests/fixtures/kvpress_smollm2.json, which kvlab's own evaluation of the same samples is compared with. Two
-# single-threaded shards (threads oversubscribed on 2 busy cores made torch 3-5x slower); measured here on 2 cores
+# single-threaded shards (threads oversubscribed on 2 busy cores made torch 2-5x slower); measured here on 2 cores
 # shared with other jobs: about 150 s per sample per shard for the 14 settings at ratio 0.75.
 KVPRESS_QUARTER ?= 24
 KVPRESS_HALF ?= 0
