@@ -11,7 +11,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.kvlab-installed
 export PYTHONHASHSEED := 0
 
-.PHONY: setup run test test-matrix lab bench notebooks figures gpu-check train clean oracle-kvpress oracle-vllm
+.PHONY: setup run test test-matrix lab bench notebooks figures gpu-check train clean oracle-kvpress oracle-kvpress-quality oracle-vllm
 
 setup: $(STAMP)
 
@@ -101,6 +101,23 @@ $(KVPRESS_STAMP):
 
 oracle-kvpress: setup $(KVPRESS_STAMP)
 	KVLAB_KVPRESS_PYTHON=$(KVPRESS_VENV)/bin/python $(BIN)/python -m pytest -p no:xdist tests/test_kvpress_oracle.py -q
+
+# kvpress's own answers on SmolLM2-135M (tests/oracles/kvpress_quality.py: its KVPressTextGenerationPipeline, greedy,
+# question-agnostic, bfloat16 on CPU) for every registered press at compression ratio 0.75 (and 0.5 for the first
+# KVPRESS_HALF samples) and without a press, on samples kvlab writes (tests/fixtures/kvpress_smollm2_samples.jsonl):
+# tests/fixtures/kvpress_smollm2.json, which kvlab's own evaluation of the same samples is compared with. Two
+# single-threaded shards (threads oversubscribed on 2 busy cores made torch 2-5x slower); measured here on 2 cores
+# shared with other jobs: about 150 s per sample per shard for the 14 settings at ratio 0.75.
+KVPRESS_QUARTER ?= 24
+KVPRESS_HALF ?= 0
+oracle-kvpress-quality: setup $(KVPRESS_STAMP)
+	set -e; model=$$($(BIN)/python tests/oracles/kvpress_quality_samples.py tests/fixtures/kvpress_smollm2_samples.jsonl \
+	  $$(( ($(KVPRESS_QUARTER) + 1) / 2 ))); tmp=$$(mktemp -d); \
+	for i in 0 1; do OMP_NUM_THREADS=1 PYTHONPATH= HF_HUB_OFFLINE=1 $(KVPRESS_VENV)/bin/python \
+	  tests/oracles/kvpress_quality.py $$model tests/fixtures/kvpress_smollm2_samples.jsonl $$tmp/$$i.json \
+	  --n-quarter $(KVPRESS_QUARTER) --n-half $(KVPRESS_HALF) --shard $$i/2 & done; wait; \
+	$(KVPRESS_VENV)/bin/python tests/oracles/kvpress_quality.py tests/fixtures/kvpress_smollm2.json \
+	  --merge $$tmp/0.json $$tmp/1.json; rm -rf $$tmp
 
 # vLLM 0.33.0 as the oracle of kvlab's vLLM rules (one venv for every vLLM check): it brings its own CUDA torch, about
 # 9.5 GB, so it lives in a venv of its own (measured: 161 s to install from a local mirror) and runs on a CPU.

@@ -1,9 +1,10 @@
 """kvpress (NVIDIA/kvpress 0.5.5) as the oracle of kvlab.hf.presses: the cases, and the runner that executes
 kvpress's own presses in its own venv (.venv-kvpress: kvpress pins transformers < 5.3; `make oracle-kvpress`).
 
-    .venv-kvpress/bin/python tests/kvpress_oracle.py CHECKPOINT OUT.json
+    .venv-kvpress/bin/python tests/kvpress_oracle.py CHECKPOINT OUT.json [INPUTS.json]
 
-For every case (press, options, keep) and text, it prefills the context through kvpress's press (its forward
+INPUTS.json, when given, replaces the texts and budgets: {"ids": [[token ids], ...], "keeps": [0.25, ...]} (a real
+model's tokenized context, as tests/test_kvpress_oracle.py writes it for SmolLM2-135M). For every case (press, options, keep) and text, it prefills the context through kvpress's press (its forward
 hooks) into a DynamicCache and reads back the kept positions per layer and KV head by matching each compressed
 key row to the uncompressed cache's rows (kvpress keeps them in score order: sets, not sequences; AdaKV keeps
 every row and masks: its `masked_key_indices`), and the scores its scorer gave (for ties at the cutoff).
@@ -67,7 +68,8 @@ def kept_rows(full, comp):
     return d.argmin(-1).sort(-1).values.tolist(), float(d.min(-1).values.max())
 
 
-def run(checkpoint: str) -> dict:
+def run(checkpoint: str, inputs: dict | None = None) -> dict:
+    """Every case on every text (or `inputs`' token ids) and budget, in float32."""
     import torch
     import kvpress
     from transformers import AutoModelForCausalLM, DynamicCache
@@ -80,14 +82,18 @@ def run(checkpoint: str) -> dict:
               for impl in ("sdpa", "eager")}
     out = {"kvpress": kvpress.__version__ if hasattr(kvpress, "__version__") else "0.5.5",
            "transformers": __import__("transformers").__version__, "torch": torch.__version__, "cases": []}
-    for ti, text in enumerate(TEXTS):
-        x = ids(text)
+    texts = [torch.tensor(t)[None] for t in inputs["ids"]] if inputs else [ids(t) for t in TEXTS]  # [1, T] each
+    keeps = inputs["keeps"] if inputs else KEEPS
+    for ti, x in enumerate(texts):
+        fulls = {}
         for name, (cls, opts, impl) in CASES.items():
             model = models[impl]
-            with torch.no_grad():
-                full = DynamicCache()
-                model(x, past_key_values=full, use_cache=True)
-            for keep in KEEPS:
+            if impl not in fulls:
+                with torch.no_grad():
+                    fulls[impl] = DynamicCache()
+                    model(x, past_key_values=fulls[impl], use_cache=True)
+            full = fulls[impl]
+            for keep in keeps:
                 ratio = 1 - keep
                 if name in WRAPPED:
                     inner = kvpress.SnapKVPress(compression_ratio=ratio)
@@ -126,4 +132,4 @@ def run(checkpoint: str) -> dict:
 
 
 if __name__ == "__main__":
-    json.dump(run(sys.argv[1]), open(sys.argv[2], "w"))
+    json.dump(run(sys.argv[1], json.load(open(sys.argv[3])) if len(sys.argv) > 3 else None), open(sys.argv[2], "w"))

@@ -1,0 +1,61 @@
+"""tests/fixtures/kvpress_smollm2.json: kvpress's own answers on SmolLM2-135M (`make oracle-kvpress-quality`), checked
+for what kvlab's evaluation relies on when it sets its answers beside them: the same samples, every registered press,
+and kvpress's verdicts equal to kvlab's scoring of the same texts."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "oracles"))
+import kvpress_quality as oracle  # noqa: E402
+
+from kvlab.quality.samples import read_samples  # noqa: E402
+from kvlab.quality.scoring import is_right  # noqa: E402
+
+FIXTURE = ROOT / "tests" / "fixtures" / "kvpress_smollm2.json"
+SAMPLES = ROOT / "tests" / "fixtures" / "kvpress_smollm2_samples.jsonl"
+
+
+@pytest.fixture(scope="module")
+def fixture():
+    return json.loads(FIXTURE.read_text(encoding="utf-8"))
+
+
+def test_restated_scoring_is_kvlabs():
+    """The oracle's inline scoring (it cannot import kvlab there) decides as kvlab.quality.scoring does."""
+    cases = [(" 9232703.", "9232703"), ("9232\n703", "9232703"), (" 12\x0034 ", "12\n34"), ("ABC def", ["abc", "DEF"]),
+             ("abc", ["abc", "x"]), ("  \t 7 ", "7"), ("", "1")]
+    for text, answer in cases:
+        assert oracle.is_right(text, answer) == is_right(text, answer), (text, answer)
+
+
+def test_same_samples(fixture):
+    """The fixture answers the committed samples file's samples, in its order, with their answers."""
+    samples = read_samples(SAMPLES)
+    assert fixture["samples_file"] == SAMPLES.name
+    got = fixture["samples"]
+    assert [s["id"] for s in got] == [s.id for s in samples[:len(got)]]
+    for s, ref in zip(got, samples):
+        assert s["answer"] == (ref.answer if isinstance(ref.answer, str) else list(ref.answer))
+        assert abs(s["context_tokens"] - 1024) <= 16
+
+
+def test_every_press(fixture):
+    """Every press kvlab registers ran at keep 1/4 (ratio 0.75) on every sample the reference ran on."""
+    from kvlab.hf.presses import PRESSES
+    n = len(fixture["settings"]["none"]["answers"])
+    assert n >= 12
+    for name in PRESSES:
+        assert len(fixture["settings"][f"{name}@0.75"]["answers"]) == n, name
+
+
+def test_verdicts_are_kvlabs(fixture):
+    """Every recorded verdict is kvlab's scoring of the recorded text against the sample's answer."""
+    answers = {s["id"]: s["answer"] for s in fixture["samples"]}
+    for label, setting in fixture["settings"].items():
+        for sid, a in setting["answers"].items():
+            assert a["right"] == is_right(a["text"], answers[sid]), (label, sid)
+        assert setting.get("right", sum(a["right"] for a in setting["answers"].values())) == sum(
+            a["right"] for a in setting["answers"].values())
