@@ -20,8 +20,8 @@ import torch
 from ..checks import need_int, need_list
 from ..errors import KvlabError, ParameterError
 from ..models import DATA_DIR
-from .evaluate import (PEERS, Pass, decode_rate, is_v41, peer_cache, run_pass, stack_layout, stack_pass,
-                       text_windows)
+from .evaluate import (PEERS, Pass, decode_rate, is_v41, peer_cache, question_start, run_pass, stack_layout,
+                       stack_pass, text_windows)
 from .presses import PRESSES
 
 CHECKPOINTS = DATA_DIR / "checkpoints"  # the small trained models (kvlab.train; `make train` rebuilds them)
@@ -252,12 +252,6 @@ def runner(model, setting: Setting, chunk: int):
                 growth = cache.layout.bytes_per_token
             return p
     return run, (lambda: growth)
-
-
-def question_start(sample, encode) -> int:
-    """Tokens before a task sample's question (its last line before the answer): a press's context."""
-    head = sample.segments[0][0]
-    return len(encode(head[:head.rfind("\n") + 1])) if "\n" in head else len(encode(head))
 
 
 def _halfwidth(right: int, n: int) -> float:
