@@ -198,3 +198,12 @@ def test_cli_press_on_a_checkpoint_compresses_all_before_the_question(capsys):
     assert rc == 0, err
     r = json.loads(out)
     assert r["reference_accuracy"] >= 0.9 and r["accuracy"] <= 0.5
+
+
+def test_an_unreachable_hub_fails_at_once(monkeypatch):
+    """Issue 33 item 6: a Hub id with no network reads only the local cache (no retries) and says so in one line."""
+    from kvlab.hf import evaluate as ev
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(ev, "hub_reachable", lambda *a, **k: False)
+    with pytest.raises(ev.ModelLoadError, match="did not answer within 3 s, and not in the local cache"):
+        ev.load("nobody/no-such-model-kvlab")

@@ -43,6 +43,21 @@ def _first_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
+HUB_TIMEOUT_S = 3.0  # how long a Hub id waits for huggingface.co to answer before only the local cache is read
+
+
+def hub_reachable(host: str = "huggingface.co", timeout: float = HUB_TIMEOUT_S) -> bool:
+    """Whether the Hub answers a TCP connection within `timeout` (HF_ENDPOINT's host when set)."""
+    import socket
+    from urllib.parse import urlparse
+    host = urlparse(os.environ.get("HF_ENDPOINT", "")).hostname or host
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
 def load(name: str, dtype: torch.dtype = torch.bfloat16):
     """(model, tokenizer) from a local directory (save_pretrained output) or a Hugging Face Hub id.
 
@@ -56,20 +71,23 @@ def load(name: str, dtype: torch.dtype = torch.bfloat16):
     if not local and (name.startswith((".", "/", "~")) or name.count("/") > 1 or p.exists()):
         raise ModelLoadError(f"cannot load {name!r}: no such model directory")
     src = str(p) if local else name
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    unreachable = not local and not offline and not hub_reachable()
+    cached_only = local or offline or unreachable  # no network: the local cache answers at once, no retries
     with quiet():  # kvlab's V4.1-like model imports torchao, whose import logs warnings about CUDA kernels
         _register_kvlab_models()
     try:
         with quiet():
-            model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, local_files_only=local)
+            model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, local_files_only=cached_only)
     except (OSError, ValueError, ImportError) as e:
-        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-        where = "a local directory" if local else ("the Hub in offline mode (HF_HUB_OFFLINE=1) and not in the local "
-                                                  "cache" if offline else "the Hub")
+        where = ("a local directory" if local else "the Hub in offline mode (HF_HUB_OFFLINE=1) and not in the local "
+                 "cache" if offline else f"the Hub, which did not answer within {HUB_TIMEOUT_S:g} s, and not in the "
+                 "local cache" if unreachable else "the Hub")
         raise ModelLoadError(f"cannot load {name!r} from {where}: {_first_line(e)}") from None
     model.eval()
     try:
         with quiet():
-            tok = AutoTokenizer.from_pretrained(src, local_files_only=local)
+            tok = AutoTokenizer.from_pretrained(src, local_files_only=cached_only)
     except (OSError, ValueError, TypeError):
         tok = None
     return model, tok
