@@ -20,7 +20,8 @@ def rows(scores: dict[str, Scores], reference: str, context: int, text: dict | N
     out = []
     for label, s in scores.items():
         ch = s.change(ref, seed=seed)
-        row = dict(setting=label, context=context, bytes=s.context_bytes, bytes_share=s.context_bytes / ref.context_bytes,
+        row = dict(setting=label, context=context, bytes=s.context_bytes,
+                   bytes_share=s.context_bytes / ref.context_bytes,
                    bytes_match=s.matches, accuracy=s.accuracy, accuracy_low=s.accuracy_ci[0],
                    accuracy_high=s.accuracy_ci[1], n=s.n, change=ch.value, change_low=ch.low, change_high=ch.high)
         if text is not None and label in text:
