@@ -359,15 +359,17 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
                 t = now + dt
                 if t < h:
                     dts = _decode_run_s(model, decode, k + 1)
-                    m = 0
+                    m, prev = 0, now
                     while m < k and t < h:  # skipped step m + 1 starts at t, before anything can join it
+                        rep.busy_s += dts[m] if m else dt  # summed in the step loop's order, to the last bit
+                        prev = t
                         t += dts[m + 1]
                         m += 1
                     rep.skip_decodes(m)
-                    rep.busy_s += t - now - dt
                     rep.steps += m
                     steps += m
-                    now, dt = t - dts[m], dts[m]
+                    if m:
+                        now, dt = prev, dts[m]
         rep.busy_until = now + dt
         rep.busy_s += dt
         rep.steps += 1
