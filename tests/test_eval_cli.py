@@ -46,10 +46,20 @@ def test_eval_json(model_dir, capsys):
     assert r["decode_tokens_per_s"] > 0 and 0 <= r["accuracy"] <= 1
 
 
+def test_eval_task_samples_narrow_the_interval_by_default(model_dir, capsys):
+    """Issue 33 item 3: a checkpoint task draws samples in rounds until its Wilson interval is at most 0.1 wide on
+    each side (or --max-samples are drawn), as notebook 08 does."""
+    r = run_json(capsys, model_dir, "--tokens", "96", "--windows", "1", "--decode-steps", "2", "--task", "needle",
+                 "--samples", "4", "--batch", "8", "--max-samples", "40")
+    lo, hi = r["accuracy_ci"]
+    assert r["samples"] == 40 or max(r["accuracy"] - lo, hi - r["accuracy"]) <= 0.1
+    assert r["samples"] > 4
+
+
 def test_eval_json_intervals_and_counts(model_dir, capsys):
     """Intervals around every figure, with the counts they rest on; a BF16 cache's change is exactly zero."""
     r = run_json(capsys, model_dir, "--kv-format", "int2", "--tokens", "96", "--windows", "5", "--decode-steps", "2",
-                 "--task", "needle", "--samples", "6")
+                 "--task", "needle", "--samples", "6", "--halfwidth", "0")
     assert (r["windows"], r["samples"], r["answers"]) == (5, 6, 6)
     lo, hi = r["perplexity_ci"]
     assert lo <= r["perplexity"] <= hi and lo < hi

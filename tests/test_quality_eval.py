@@ -200,6 +200,29 @@ def test_cli_press_on_a_checkpoint_compresses_all_before_the_question(capsys):
     assert r["reference_accuracy"] >= 0.9 and r["accuracy"] <= 0.5
 
 
+@pytest.mark.parametrize("press, halfwidth", [("snapkv", 0.0), ("streaming_llm", 0.2)])
+def test_cli_and_notebook_08_agree_on_a_checkpoint(capsys, press, halfwidth):
+    """Issue 33 item 2: `kvlab eval` on a checkpoint and notebook 08's measure draw the same samples, batch them the
+    same way and compress the same context, so one setting, sample count and seed give one accuracy."""
+    import torch
+
+    from kvlab.hf.evaluate import text_windows
+    from kvlab.hf.quality import load_models, measure, press_settings, resolve_model
+    (_, (model, encode)), = load_models([resolve_model("qwen3-tiny")], torch.float32).items()
+    s, = press_settings([f"{press} keep 1/4"])
+    m = measure(model, s, text_windows(encode, 512, 1, 3), "niah", 3, encode, 128, samples=8, halfwidth=halfwidth,
+                max_samples=24, batch=4)
+    rc, out, err = _cli(capsys, "eval", "qwen3-tiny", "--press", press, "--keep", "0.25", "--task", "niah",
+                        "--tokens", "512", "--samples", "8", "--halfwidth", str(halfwidth), "--max-samples", "24",
+                        "--batch", "4", "--chunk", "128", "--seed", "3", "--windows", "1", "--decode-steps", "2",
+                        "--json")
+    assert rc == 0, err
+    r = json.loads(out)
+    assert (r["accuracy"], r["samples"], r["answers"]) == (m.accuracy, m.samples, m.answers)
+    assert r["protocol"] == "teacher_forced" and r["compute_dtype"] == "float32" and r["kv_format"] == "bf16"
+    assert r["accuracy_change_ci"][0] <= r["accuracy_change"] <= r["accuracy_change_ci"][1]
+
+
 def test_an_unreachable_hub_fails_at_once(monkeypatch):
     """Issue 33 item 6: a Hub id with no network reads only the local cache (no retries) and says so in one line."""
     from kvlab.hf import evaluate as ev

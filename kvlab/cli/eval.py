@@ -4,6 +4,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
+
+import torch
 
 from ..quality.prompt import PROTOCOLS
 from .args import count, number
@@ -37,7 +40,7 @@ def register(sub) -> None:
     p.add_argument("model", help="a real model by name (kvlab pretrained list: smollm2-135m, gemma-3-270m), a GGUF "
                                  "file, a model directory, a committed checkpoint name (qwen3-tiny, ...) or a Hugging "
                                  "Face Hub id (HF_HUB_OFFLINE and the local cache are honoured)")
-    p.add_argument("--kv-format", default=None, help="one kvlab format for K and V (default: the model's dtype)")
+    p.add_argument("--kv-format", default=None, help="one kvlab format for K and V (default: bf16, as served, whatever the compute dtype)")
     p.add_argument("--k-format", default=None, help="format of keys (MLA: the latent)")
     p.add_argument("--v-format", default=None, help="format of values (MLA: the RoPE key)")
     p.add_argument("--residual", type=count("--residual"), default=0,
@@ -71,19 +74,25 @@ def register(sub) -> None:
     p.add_argument("--task-file", default=None, metavar="FILE.jsonl",
                    help="score your own samples: JSON lines in kvpress's dataset columns (context, question, "
                         "answer_prefix, answer (a string or a list), max_new_tokens), answered greedily")
-    p.add_argument("--task-tokens", type=count("--task-tokens", 64), default=1024,
-                   help="context tokens of each generated sample of a RULER task")
+    p.add_argument("--task-tokens", type=count("--task-tokens", 64), default=None,
+                   help="tokens of each generated task sample (RULER tasks: its context, default 1,024; checkpoint "
+                        "tasks: default --tokens)")
     p.add_argument("--protocol", choices=PROTOCOLS, default="question_agnostic",
                    help="question_agnostic (kvpress's pipeline): the context alone is compressed, the question read "
                         "after it; question_aware: the question is inside the compressed context")
-    p.add_argument("--samples", type=count("--samples", 1), default=None,
-                   help="task samples: at least this many (RULER tasks: default 16, then more until --halfwidth; "
-                        "checkpoint tasks: default 8)")
-    p.add_argument("--halfwidth", type=number("--halfwidth", 0.001, 0.5), default=0.1,
-                   help="RULER tasks: draw samples in rounds until both accuracies' Wilson 95%% intervals are at "
-                        "most this wide on each side (default 0.1)")
+    p.add_argument("--samples", type=count("--samples", 1), default=16,
+                   help="task samples: at least this many (default 16), then more until --halfwidth")
+    p.add_argument("--halfwidth", type=number("--halfwidth", 0.0, 0.499), default=0.1,
+                   help="draw task samples in rounds until the accuracies' Wilson 95%% intervals are at most this "
+                        "wide on each side (default 0.1; 0: exactly --samples)")
     p.add_argument("--max-samples", type=count("--max-samples", 1), default=96,
-                   help="RULER tasks: the most samples drawn while narrowing the intervals")
+                   help="the most task samples drawn while narrowing the intervals")
+    p.add_argument("--batch", type=count("--batch", 1), default=32,
+                   help="checkpoint tasks: samples per forward pass, as notebook 08's batch (a press's context is "
+                        "everything before the batch's earliest question)")
+    p.add_argument("--compute-dtype", choices=("auto", "bfloat16", "float32"), default="auto",
+                   help="the model's compute dtype (auto: float32 for the checkpoints trained here, as notebook 08; "
+                        "bfloat16 for pretrained models, as notebook 10)")
     p.add_argument("--max-new-tokens", type=count("--max-new-tokens", 1), default=None,
                    help="cap on tokens generated per answer (default: each sample's own; RULER's 128 / 30 / 120)")
     p.add_argument("--seed", type=count("--seed"), default=0, help="seed of the text windows and the samples")
@@ -105,12 +114,14 @@ def _model_path(name: str) -> str:
 
 def cmd_eval(args) -> int:
     from ..errors import ParameterError
-    from ..hf.evaluate import evaluate, load
+    from ..hf.evaluate import TEACHER_FORCED, evaluate, load
     from ..hf.quality import Setting
     from ..quality.evaluate import evaluate as answer_all
     from ..quality.evaluate import evaluate_task
     if args.kv_format and (args.k_format or args.v_format):
         raise ParameterError("give --kv-format, or --k-format and --v-format, not both")
+    if not (args.kv_format or args.k_format or args.v_format):
+        args.kv_format = "bf16"
     if args.task and args.task_file:
         raise ParameterError("give --task or --task-file, not both")
     real = args.task in _real_tasks() or args.task_file is not None
@@ -128,16 +139,21 @@ def cmd_eval(args) -> int:
     if args.task_file:
         from ..quality.samples import read_samples
         samples = read_samples(args.task_file)
-    model, tok = load(_model_path(args.model))
+    path = _model_path(args.model)
+    dtype = getattr(torch, args.compute_dtype if args.compute_dtype != "auto" else
+                    "float32" if (Path(path) / "train_record.json").is_file() else "bfloat16")
+    model, tok = load(path, dtype)
     if real and (tok is None or not hasattr(tok, "decode") or model.config.vocab_size <= 256):
         raise ParameterError(f"{args.task or args.task_file} is answered in text by a pretrained model: {args.model} "
                              f"has no tokenizer of words (the byte-level checkpoints trained here take their own "
                              f"tasks: {', '.join(_toy_tasks())})")
     r = evaluate(args.model, args.kv_format, args.k_format, args.v_format, args.residual, args.mechanism,
-                 tokens=args.tokens, task=None if real else args.task, samples=args.samples or 8, chunk=args.chunk,
+                 tokens=args.tokens, task=None if real else args.task, samples=args.samples, chunk=args.chunk,
                  block=args.block, decode_steps=args.decode_steps, device=args.device, windows=args.windows,
                  press=args.press, keep=args.keep, keep_bytes=args.keep_bytes, press_mode=args.press_mode,
-                 context=args.context, seed=args.seed, model=model, tokenizer=tok)
+                 context=args.context, seed=args.seed, model=model, tokenizer=tok, batch=args.batch,
+                 halfwidth=args.halfwidth, max_samples=args.max_samples, task_tokens=None if real else args.task_tokens)
+    task_tokens = args.task_tokens or 1024
     if real:
         opts = dict(kv_format=args.kv_format, k_format=args.k_format, v_format=args.v_format, residual=args.residual,
                     block=args.block, mechanism=args.mechanism, press=args.press, keep=args.keep,
@@ -150,8 +166,8 @@ def cmd_eval(args) -> int:
                                 progress=progress)
             label, n_drawn = args.task_file, len(samples)
         else:
-            run = evaluate_task(model, tok, args.task, args.task_tokens, [mine, ref], seed=args.seed,
-                                samples=args.samples or 16, halfwidth=args.halfwidth, max_samples=args.max_samples,
+            run = evaluate_task(model, tok, args.task, task_tokens, [mine, ref], seed=args.seed,
+                                samples=args.samples, halfwidth=args.halfwidth, max_samples=args.max_samples,
                                 protocol=args.protocol, max_new_tokens=args.max_new_tokens, progress=progress)
             scores, label, n_drawn = run.scores, args.task, len(run.samples)
         a, b = scores["setting"], scores["reference"]
@@ -160,24 +176,26 @@ def cmd_eval(args) -> int:
         r.accuracy, r.accuracy_ci = a.accuracy, a.accuracy_ci
         r.reference_accuracy, r.reference_accuracy_ci = b.accuracy, b.accuracy_ci
         r.accuracy_change, r.accuracy_change_ci = ch.value, ch.pair()
-        r.protocol, r.task_tokens = args.protocol, None if samples is not None else args.task_tokens
+        r.protocol, r.task_tokens = args.protocol, None if samples is not None else task_tokens
         r.task_held_bytes, r.task_reference_bytes = a.context_bytes, b.context_bytes
         r.task_bytes_match = a.matches
     if args.json:
         print(json.dumps(r.as_dict(), indent=2))
         return 0
-    ref = "BF16 Stack" if r.mechanism.startswith("v41") else "BF16 DynamicCache"
+    dyn = r.compute_dtype.upper().replace("BFLOAT", "BF")
+    ref = "BF16 Stack" if r.mechanism.startswith("v41") else f"{dyn} DynamicCache"
     press = f", press {r.press} (context {r.context:,} tokens)" if r.press else ""
     print(f"{r.model}: {r.kv_format}, {r.mechanism}{press}; {r.windows} windows of {r.tokens:,} tokens of {r.text}, "
-          f"chunks of {r.chunk} (95% intervals)")
+          f"chunks of {r.chunk}, computing in {r.compute_dtype} (95% intervals)")
     lo, hi = r.perplexity_ci
     clo, chi = r.perplexity_change_ci
     print(f"  perplexity   {r.perplexity:10.4f}   [{lo:.4f}, {hi:.4f}]  ({ref} {r.reference_perplexity:.4f}; change "
           f"{r.perplexity_change:+.2%} [{clo:+.2%}, {chi:+.2%}]{', within noise' if r.within_noise else ''})")
     if r.task:
         a, b = r.accuracy_ci, r.reference_accuracy_ci
-        how = (f"; protocol {r.protocol}, greedy, change {r.accuracy_change:+.3f} [{r.accuracy_change_ci[0]:+.3f}, "
-               f"{r.accuracy_change_ci[1]:+.3f}] paired" if r.protocol else "; teacher forced")
+        lo, hi = r.accuracy_change_ci
+        how = (f"; protocol {r.protocol}{'' if r.protocol == TEACHER_FORCED else ', greedy'}, change "
+               f"{r.accuracy_change:+.3f} [{lo:+.3f}, {hi:+.3f}] paired")
         print(f"  {r.task:<12} {r.accuracy:10.3f}   [{a[0]:.3f}, {a[1]:.3f}]  ({ref} {r.reference_accuracy:.3f} "
               f"[{b[0]:.3f}, {b[1]:.3f}]; {r.answers} answers in {r.samples} samples{how})")
         if r.task_held_bytes is not None:

@@ -37,6 +37,8 @@ class ModelLoadError(KvlabError):
     """A model that cannot be loaded: no such directory, no network in offline mode, a gated repository."""
 
 
+TEACHER_FORCED = "teacher_forced"  # a checkpoint task's protocol: all before the question compressed, answer scored
+
 # --- loading -----------------------------------------------------------------------------------------
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
@@ -208,6 +210,71 @@ def question_start(sample, encode) -> int:
     return len(encode(head[:head.rfind("\n") + 1])) if "\n" in head else len(encode(head))
 
 
+def _halfwidth(right: int, n: int) -> float:
+    """The wider side of an accuracy's Wilson 95% interval."""
+    from ..stats import accuracy_interval
+    iv = accuracy_interval(right, n)
+    return max(iv.value - iv.low, iv.high - iv.value)
+
+
+def score_samples(run, samples: list, encode, batch: int) -> tuple[int, int, list, list, list]:
+    """(answers right, answers, held bytes per pass, predicted bytes per pass, (right, answers) per sample in the
+    given order) of task samples, `batch` samples of equal length per pass through a fresh cache; a press's
+    context is everything before the batch's earliest question (`run(ids [B, T], prefill) -> Pass`)."""
+    from ..train.tasks import batch as render_batch
+    from ..train.tasks import score_predictions
+    held, pred, per = [], [], {}
+    by_len = {}
+    for k, smp in enumerate(samples):
+        by_len.setdefault(len(encode(smp.text)), []).append((k, smp))
+    for group in by_len.values():
+        for i in range(0, len(group), batch):
+            part = group[i:i + batch]
+            ids, labels = render_batch([smp for _, smp in part], encode)
+            p = run(ids, min(question_start(smp, encode) for _, smp in part))
+            for row, (k, _) in enumerate(part):
+                per[k] = score_predictions(p.predictions[row:row + 1], labels[row:row + 1])
+            held.append(p.held_bytes)
+            pred.append(p.predicted_bytes)
+    per = [per[k] for k in range(len(samples))]
+    return sum(r for r, _ in per), sum(n for _, n in per), held, pred, per
+
+
+@dataclass
+class TaskCounts:
+    """A task scored on a seeded sample stream (teacher forced)."""
+    right: int  # answer tokens predicted right
+    answers: int  # answer tokens scored
+    samples: int  # samples drawn (the stream's first `samples`)
+    held: list  # bytes held after each pass
+    predicted: list  # kvlab's predicted bytes after each pass (None: a peer cache)
+    per_sample: list  # (right, answers) per sample, in stream order (pairs settings on the same samples)
+
+
+def task_rounds(run, task: str, seed: int, tokens: int, encode, samples: int, batch: int,
+                halfwidth: float = 0.0, max_samples: int | None = None) -> TaskCounts:
+    """A checkpoint task's samples of `tokens` tokens, seeds seed * 1_000_003 + i: `samples` of them, or with
+    `halfwidth` more in rounds of `batch` until the accuracy's Wilson 95% interval is at most that wide on each
+    side (or `max_samples` are drawn). The one sampling rule of notebook 08 (kvlab.hf.quality.measure) and
+    `kvlab eval`, so a setting, seed and sample count give one accuracy in both."""
+    from ..train.tasks import get_task
+    stream = get_task(task)
+    cap = max(samples, max_samples or samples) if halfwidth else samples
+    right = total = drawn = 0
+    held, pred, per_sample = [], [], []
+    while drawn < cap:
+        k = min(batch, cap - drawn) if halfwidth else cap
+        new = [stream.generate(seed * 1_000_003 + drawn + j, tokens) for j in range(k)]
+        r, n, h, q, per = score_samples(run, new, encode, batch)
+        right, total, drawn = right + r, total + n, drawn + k
+        per_sample += per
+        held += h
+        pred += q
+        if not halfwidth or (drawn >= samples and total and _halfwidth(right, total) <= halfwidth):
+            break
+    return TaskCounts(right, total, drawn, held, pred, per_sample)
+
+
 def perplexity(p: Pass) -> float:
     return math.exp(p.nll / p.scored)
 
@@ -282,13 +349,14 @@ class EvalResult:
     notes: list[str] = field(default_factory=list)  # caveats
     press: str | None = None  # a press and its budget ('snapkv keep 0.25'), if any (kvlab.hf.presses)
     context: int | None = None  # with a press: the tokens of each window prefilled as its context
-    protocol: str | None = None  # a generated-answer task: kvlab.quality.prompt's protocol (None: teacher forced)
+    protocol: str | None = None  # kvlab.quality.prompt's protocol (answers generated); TEACHER_FORCED: a checkpoint
     task_tokens: int | None = None  # a RULER task: context tokens per sample
     accuracy_change: float | None = None  # accuracy - reference accuracy on the same samples
     accuracy_change_ci: list | None = None  # [low, high]: its paired bootstrap 95% interval (seeded)
     task_held_bytes: int | None = None  # mean bytes the cache held once a sample's context was in it (measured)
     task_reference_bytes: int | None = None  # the same for the reference
     task_bytes_match: bool | None = None  # kvlab's prediction equal to the measured bytes on every sample
+    compute_dtype: str = ""  # the model's compute dtype (K/V are held in the setting's format either way)
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -380,7 +448,9 @@ def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: 
              tokens: int = 512, task: str | None = None, samples: int = 8, task_tokens: int | None = None,
              chunk: int = 32, block: int = 1, decode_steps: int = 32, repeats: int = 3, seed: int = 0,
              device: str = "auto", windows: int = 8, model=None, tokenizer=None, press=None, keep=None,
-             keep_bytes: int | None = None, press_mode: str = "prefill", context: int | None = None) -> EvalResult:
+             keep_bytes: int | None = None, press_mode: str = "prefill", context: int | None = None,
+             batch: int = 32, halfwidth: float = 0.0, max_samples: int | None = None,
+             dtype: torch.dtype = torch.bfloat16) -> EvalResult:
     """Perplexity, task accuracy, bytes and decode speed of a model with a kvlab cache, against BF16 DynamicCache
     (the V4.1-like model: its own Stack in the format, against the Stack in BF16), over `windows` held-out windows
     of `tokens` tokens and `samples` task samples, with 95% intervals (kvlab.stats): the perplexity's bootstrap over
@@ -389,7 +459,12 @@ def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: 
 
     press / keep / keep_bytes / press_mode: a token-eviction press (kvlab.hf.presses); each window's first
     `context` tokens (default: half of them) are prefilled in one forward, its context, then compressed (kvpress's
-    protocol), and the rest is scored chunk by chunk against the compressed context."""
+    protocol), and the rest is scored chunk by chunk against the compressed context; a task sample's context is
+    everything before its question (kvlab.hf.evaluate.task_rounds, as notebook 08).
+
+    task / samples / batch / halfwidth / max_samples: a checkpoint task, teacher forced, drawn and scored by
+    task_rounds (the sampling rule of notebook 08); the reference is scored on the same samples, paired.
+    dtype: the model's compute dtype when `model` is not given (notebook 08 computes its checkpoints in float32)."""
     from ..cache.memory import resolve_device
     from ..layout import kv_plan
     from ..stats import accuracy_interval, bootstrap_perplexity, paired_bootstrap
@@ -406,8 +481,12 @@ def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: 
         raise ParameterError("--keep / --keep-bytes are a press's budget: give --press too")
     for k, v, lo in (("tokens", tokens, 2), ("samples", samples, 1), ("chunk", chunk, 1),
                      ("decode_steps", decode_steps, 1), ("repeats", repeats, 1), ("windows", windows, 1),
-                     ("seed", seed, 0)):
+                     ("seed", seed, 0), ("batch", batch, 1)):
         need_int(k, v, lo)
+    if not isinstance(halfwidth, (int, float)) or not 0 <= halfwidth < 0.5:
+        raise ParameterError(f"halfwidth must be in [0, 0.5), got {halfwidth!r}")
+    if max_samples is not None:
+        need_int("max_samples", max_samples, 1)
     if task_tokens is not None:
         need_int("task_tokens", task_tokens, 2)
     if task is not None:
@@ -415,7 +494,7 @@ def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: 
         get_task(task)
     dev = resolve_device(device)
     if model is None:
-        model, tokenizer = load(name)
+        model, tokenizer = load(name, dtype)
     model.to(dev)
     encode = encoder(tokenizer, model.config.vocab_size)
     if is_v41(model):
@@ -466,23 +545,22 @@ def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: 
                      within_noise=change.covers_zero,
                      held_equals_predicted=None if mine[-1].predicted_bytes is None else
                      all(p.held_bytes == p.predicted_bytes for p in mine),
-                     press=plan.label() if plan is not None else None, context=context if plan else None)
+                     press=plan.label() if plan is not None else None, context=context if plan else None,
+                     compute_dtype=str(next(model.parameters()).dtype).removeprefix("torch."))
     if task:
-        from ..train.tasks import get_task, render, score_predictions
-        ss = get_task(task).samples(seed, samples, task_tokens or tokens)
-        counts = {}
-        for f in (ours, ref):
-            right = total = 0
-            for s in ss:
-                ids_s, labels = render(s, encode)
-                # a press compresses all before the question, as notebook 08 does
-                r, n = score_predictions(run(ids_s[None], f, question_start(s, encode)).predictions, labels[None])
-                right, total = right + r, total + n
-            counts[f] = (right, total)
-        a, b = (accuracy_interval(*counts[f]) for f in (ours, ref))
-        out.task, out.samples, out.answers = task, samples, a.n
+        from ..stats import paired_accuracy_change
+        tt = task_tokens or tokens
+        mine_t = task_rounds(lambda ids, pre: run(ids, ours, pre), task, seed, tt, encode, samples, batch,
+                             halfwidth, max_samples)
+        ref_t = task_rounds(lambda ids, pre: run(ids, ref, pre), task, seed, tt, encode, mine_t.samples, batch)
+        a, b = accuracy_interval(mine_t.right, mine_t.answers), accuracy_interval(ref_t.right, ref_t.answers)
+        ch = paired_accuracy_change([r for r, _ in ref_t.per_sample], [r for r, _ in mine_t.per_sample],
+                                    [n for _, n in mine_t.per_sample], seed=seed)
+        out.task, out.samples, out.answers, out.task_tokens = task, mine_t.samples, a.n, tt
         out.accuracy, out.accuracy_ci = a.value, a.pair()
         out.reference_accuracy, out.reference_accuracy_ci = b.value, b.pair()
+        out.accuracy_change, out.accuracy_change_ci = ch.value, ch.pair()
+        out.protocol = TEACHER_FORCED
     return out
 
 

@@ -20,7 +20,8 @@ import torch
 from ..checks import need_int, need_list
 from ..errors import KvlabError, ParameterError
 from ..models import DATA_DIR
-from .evaluate import (PEERS, Pass, decode_rate, is_v41, peer_cache, question_start, run_pass, stack_layout,
+from .evaluate import (PEERS, Pass, decode_rate, is_v41, peer_cache, question_start, run_pass, score_samples,
+                       stack_layout, task_rounds,
                        stack_pass, text_windows)
 from .presses import PRESSES
 
@@ -254,43 +255,14 @@ def runner(model, setting: Setting, chunk: int):
     return run, (lambda: growth)
 
 
-def _halfwidth(right: int, n: int) -> float:
-    """The wider side of an accuracy's Wilson 95% interval."""
-    from ..stats import accuracy_interval
-    iv = accuracy_interval(right, n)
-    return max(iv.value - iv.low, iv.high - iv.value)
-
-
-def score_samples(run, samples: list, encode, batch: int) -> tuple[int, int, list, list, list]:
-    """(answers right, answers, held bytes per pass, predicted bytes per pass, (right, answers) per sample in the
-    given order) of task samples, `batch` samples of equal length per pass through a fresh cache."""
-    from ..train.tasks import batch as render_batch
-    from ..train.tasks import score_predictions
-    held, pred, per = [], [], {}
-    by_len = {}
-    for k, smp in enumerate(samples):
-        by_len.setdefault(len(encode(smp.text)), []).append((k, smp))
-    for group in by_len.values():
-        for i in range(0, len(group), batch):
-            part = group[i:i + batch]
-            ids, labels = render_batch([smp for _, smp in part], encode)
-            p = run(ids, min(question_start(smp, encode) for _, smp in part))
-            for row, (k, _) in enumerate(part):
-                per[k] = score_predictions(p.predictions[row:row + 1], labels[row:row + 1])
-            held.append(p.held_bytes)
-            pred.append(p.predicted_bytes)
-    per = [per[k] for k in range(len(samples))]
-    return sum(r for r, _ in per), sum(n for _, n in per), held, pred, per
-
-
 def measure(model, setting: Setting, windows: torch.Tensor, task: str | None, seed: int, encode, chunk: int,
             samples: int = 32, halfwidth: float | None = None, max_samples: int | None = None,
             batch: int = 32) -> Measured:
     """One setting over text windows [n, T] and task samples of T tokens, `batch` rows per fresh cache.
     Task samples: `samples` of them, or, with `halfwidth`, more in rounds of `batch` until the accuracy's Wilson
     95% interval is at most that wide on each side (or `max_samples` are scored); the sample stream is seeded, so
-    a run is reproducible. A press prefills each window's first half (a task sample: all before its question)."""
-    from ..train.tasks import get_task
+    a run is reproducible. A press prefills each window's first half (a task sample: all before its question).
+    Task samples are drawn and scored by kvlab.hf.evaluate.task_rounds, which `kvlab eval` calls too."""
     run, grown = runner(model, setting, chunk)
     t = windows.shape[1]
     per_nll, per_tokens, held, pred, rows = [], [], [], [], 0
@@ -307,18 +279,10 @@ def measure(model, setting: Setting, windows: torch.Tensor, task: str | None, se
     right = total = drawn = 0
     per_sample = []
     if task:
-        cap = max(samples, max_samples or samples) if halfwidth else samples
-        stream = get_task(task)
-        while drawn < cap:
-            k = min(batch, cap - drawn) if halfwidth else cap
-            new = [stream.generate(seed * 1_000_003 + drawn + j, t) for j in range(k)]
-            r, n, h, q, per = score_samples(run, new, encode, batch)
-            right, total, drawn = right + r, total + n, drawn + k
-            per_sample += per
-            held += h
-            pred += q
-            if not halfwidth or (drawn >= samples and total and _halfwidth(right, total) <= halfwidth):
-                break
+        tc = task_rounds(run, task, seed, t, encode, samples, batch, halfwidth or 0.0, max_samples)
+        right, total, drawn, per_sample = tc.right, tc.answers, tc.samples, tc.per_sample
+        held += tc.held
+        pred += tc.predicted
     nll, scored = sum(per_nll), sum(per_tokens)
     ppl = float(torch.tensor(nll / scored).exp())
     acc = right / total if total else None
