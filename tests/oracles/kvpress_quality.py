@@ -204,10 +204,16 @@ def main(argv=None) -> int:
                                            answer=row["answer"], context_tokens=int(x["context_ids"].shape[1])))
             prefills = {}
             for label in labels:
-                answer(row, label, x, prefills)
+                if "error" in out["settings"][label]:
+                    continue
+                try:
+                    answer(row, label, x, prefills)
+                except RuntimeError as e:  # kvpress itself fails on this setting: recorded, the setting left out
+                    out["settings"][label]["error"] = f"{row['id']}: {type(e).__name__}: {str(e).splitlines()[0]}"
+                    print(f"{label}: kvpress raised {out['settings'][label]['error']}", flush=True)
             del prefills
             save()
-            right = sum(out["settings"][lb]["answers"][row["id"]]["right"] for lb in labels)
+            right = sum(out["settings"][lb]["answers"].get(row["id"], {}).get("right", 0) for lb in labels)
             print(f"{row['id']}: {len(labels)} settings, {right} right, {time.perf_counter() - t:.1f} s "
                   f"(total {time.perf_counter() - t_start:.0f} s)", flush=True)
     save()
