@@ -14,6 +14,7 @@ from .args import add_gpu, count as _count, gpu_of, number as _number
 
 AFFINE = (("overhead_ms", "--overhead-ms", 1e-3), ("prefill_token_us", "--prefill-token-us", 1e-6),
           ("decode_request_us", "--decode-request-us", 1e-6), ("context_token_ns", "--context-token-ns", 1e-9))
+PROGRESS_REQUESTS = 20_000  # serve-sim shows a progress bar (stderr) on traces of this many requests or more
 NOT_MET_EXIT = 1  # `kvlab plan`'s exit status when no candidate meets the SLO (2 stays for bad input)
 
 
@@ -98,7 +99,8 @@ def cmd_serve_sim(args) -> int:
     cfg = _config(args, gpu, tr, tp, args.replicas)
     model = _pricer(args, gpu)(tp)
     slo = {k: v for k, v in (("ttft_s", args.slo_ttft_s), ("tpot_s", args.slo_tpot_s)) if v is not None}
-    r = simulate_serving(tr, cfg, model, slo, record_steps=args.steps_out is not None)
+    progress = not (args.no_progress or args.json) and len(tr) >= PROGRESS_REQUESTS
+    r = simulate_serving(tr, cfg, model, slo, record_steps=args.steps_out is not None, progress=progress)
     if args.requests_out is not None:
         write_requests_csv(args.requests_out, r)
     if args.steps_out is not None:
@@ -284,6 +286,9 @@ def register(sub) -> None:
     m.add_argument("--steps-out", default=None, metavar="FILE.jsonl",
                    help="write one line per step (time, tokens per request [prefill, decode], preempted, free "
                         "blocks); the file must not exist")
+    m.add_argument("--no-progress", action="store_true",
+                   help=f"no progress bar (shown on stderr for traces of {PROGRESS_REQUESTS:,} requests or more, "
+                        "never with --json)")
     m.add_argument("--explain", action="store_true",
                    help="also say which of vLLM 0.33's scheduling rules are modelled and which are left out")
     m.set_defaults(func=cmd_serve_sim)
