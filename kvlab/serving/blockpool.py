@@ -23,6 +23,7 @@ class BlockPool:
         self.ref: dict[int, int] = {}  # requests holding each block handed out (absent: 0)
         self.key: dict = {}  # hash key of a full cached block (absent: not cached)
         self.cached: dict = {}  # key -> {block: None}, first cached first (vLLM keeps every block of a key)
+        self.first: dict = {}  # key -> the first block of cached[key] (what a hit takes)
         self.head_q: OrderedDict[int, None] = OrderedDict()  # free blocks before the never-used ones
         self.fresh = 1  # next never-used block (block 0: vLLM's null block, popped at start and never freed)
         self.tail_q: OrderedDict[int, None] = OrderedDict()  # free blocks after the never-used ones (LRU order)
@@ -32,16 +33,13 @@ class BlockPool:
 
     def hit(self, keys) -> list[int]:
         """Blocks cached for the longest run of leading keys."""
-        out = []
         if not self.caching:
-            return out
-        get, add = self.cached.get, out.append
-        for k in keys:
-            bs = get(k)
-            if not bs:
-                break
-            add(next(iter(bs)))
-        return out
+            return []
+        found = list(map(self.first.get, keys))  # None past the run of cached keys (block 0 is never cached)
+        try:
+            return found[:found.index(None)]
+        except ValueError:
+            return found
 
     def evictable(self, blocks) -> int:
         """How many of `blocks` (cache hits) sit in the free queue, so taking them uses free blocks (a block held
@@ -79,7 +77,7 @@ class BlockPool:
         tail_q = self.tail_q
         for _ in range(n):
             out.append(tail_q.popitem(last=False)[0])
-        key, cached = self.key, self.cached
+        key, cached, first = self.key, self.cached, self.first
         for b in out:
             k = key.pop(b, None)
             if k is not None:
@@ -87,6 +85,9 @@ class BlockPool:
                 del bs[b]
                 if not bs:
                     del cached[k]
+                    del first[k]
+                elif first[k] == b:
+                    first[k] = next(iter(bs))
             ref[b] = 1
         if fresh:
             ref.update(dict.fromkeys(fresh, 1))
@@ -101,13 +102,17 @@ class BlockPool:
         if not self.caching or b in self.key:
             return
         self.key[b] = k
-        self.cached.setdefault(k, {})[b] = None
+        if k in self.cached:
+            self.cached[k][b] = None
+        else:
+            self.cached[k] = {b: None}
+            self.first[k] = b
 
     def cache_many(self, blocks, keys) -> None:
         """`cache(b, k)` for each pair, in order."""
         if not self.caching:
             return
-        key, cached = self.key, self.cached
+        key, cached, first = self.key, self.cached, self.first
         for b, k in zip(blocks, keys):
             if b in key:
                 continue
@@ -115,6 +120,7 @@ class BlockPool:
             d = cached.get(k)
             if d is None:
                 cached[k] = {b: None}
+                first[k] = b
             else:
                 d[b] = None
 
