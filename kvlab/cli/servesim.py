@@ -12,43 +12,32 @@ import math
 
 from .args import add_gpu, count as _count, gpu_of, number as _number
 
-STEP_TIMES = ("auto", "aiconfigurator", "roofline", "affine", "unit")  # --step-time choices
 AFFINE = (("overhead_ms", "--overhead-ms", 1e-3), ("prefill_token_us", "--prefill-token-us", 1e-6),
           ("decode_request_us", "--decode-request-us", 1e-6), ("context_token_ns", "--context-token-ns", 1e-9))
+PROGRESS_REQUESTS = 20_000  # serve-sim shows a progress bar (stderr) on traces of this many requests or more
 NOT_MET_EXIT = 1  # `kvlab plan`'s exit status when no candidate meets the SLO (2 stays for bad input)
 
 
-def _affine(args):
-    """The affine step model the options ask for, or None (another --step-time). Without coefficients it is the
-    fit to aiconfigurator's Qwen3-8B / H200 figures (refused for any other deployment by the simulator); with
-    them, all four are needed."""
+def _pricer(args, gpu):
+    """tp -> the step model of that deployment, from the source registered as --step-time
+    (kvlab.serving.stepsources); the affine coefficients only with a source that takes them, all four or none."""
     from ..errors import ParameterError
-    from ..serving.stepmodel import AffineStepModel
+    from ..serving import stepsources
+    src = stepsources.get(args.step_time)
     given = {flag: getattr(args, k) for k, flag, _ in AFFINE if getattr(args, k) is not None}
-    if args.step_time == "unit" and not given:  # every step one second: a trace counted in steps gives steps
-        return AffineStepModel(1.0, 0.0, 0.0, 0.0, basis="one second per step (--step-time unit)")
-    if args.step_time != "affine":
-        if given:
-            raise ParameterError(f"{', '.join(given)}: the affine step model's coefficients; add --step-time affine "
-                                 f"(--step-time {args.step_time} prices steps without them)")
-        return None
-    if not given:
-        return AffineStepModel.fitted()
-    if len(given) < len(AFFINE):
+    if given and not src.coefficients:
+        raise ParameterError(f"{', '.join(given)}: the affine step model's coefficients; add --step-time affine "
+                             f"(--step-time {args.step_time} prices steps without them)")
+    if 0 < len(given) < len(AFFINE):
         missing = [flag for _, flag, _ in AFFINE if flag not in given]
         raise ParameterError(f"give all four affine coefficients ({', '.join(missing)} missing), or none for the "
                              "fit to aiconfigurator's Qwen3-8B / H200 figures")
-    return AffineStepModel(*(getattr(args, k) * unit for k, _, unit in AFFINE),
-                           basis="coefficients given on the command line")
-
-
-def _pricer(args, gpu):
-    """tp -> the step model of that deployment (the affine model, whatever the TP, when asked for)."""
-    affine = _affine(args)
-    if affine is not None:
-        return lambda tp: affine
-    from ..serving.steptime import step_time
-    return lambda tp: step_time(args.model, gpu, args.engine, tp, args.kv_format, source=args.step_time)
+    coef = tuple(getattr(args, k) * unit for k, _, unit in AFFINE) if given else None
+    build = lambda tp: src.build(stepsources.Deployment(args.model, gpu, args.engine, tp, args.kv_format, coef))  # noqa: E731
+    if not src.per_tp:  # one model for every TP: built once, up front (bad coefficients refused before any run)
+        one = build(1)
+        return lambda tp: one
+    return build
 
 
 def _trace(args):
@@ -110,7 +99,8 @@ def cmd_serve_sim(args) -> int:
     cfg = _config(args, gpu, tr, tp, args.replicas)
     model = _pricer(args, gpu)(tp)
     slo = {k: v for k, v in (("ttft_s", args.slo_ttft_s), ("tpot_s", args.slo_tpot_s)) if v is not None}
-    r = simulate_serving(tr, cfg, model, slo, record_steps=args.steps_out is not None)
+    progress = not (args.no_progress or args.json) and len(tr) >= PROGRESS_REQUESTS
+    r = simulate_serving(tr, cfg, model, slo, record_steps=args.steps_out is not None, progress=progress)
     if args.requests_out is not None:
         write_requests_csv(args.requests_out, r)
     if args.steps_out is not None:
@@ -152,7 +142,8 @@ def _tps(args) -> list[int]:
     from ..serving.plan import TP_CHOICES
     if args.tp is not None:
         return [args.tp]
-    if args.step_time == "affine":
+    from ..serving import stepsources
+    if not stepsources.get(args.step_time).per_tp:  # one model for every TP (affine): TP 1
         return [1]
     return [t for t in TP_CHOICES if t <= args.max_tp] or [args.max_tp]
 
@@ -224,6 +215,7 @@ def cmd_plan(args) -> int:
 
 
 def _deployment_args(m, ENGINES, ROUTERS) -> None:
+    from ..serving import stepsources
     from ..serving.study import MAX_SESSIONS
     from ..sim.policies import ONLINE
     m.add_argument("trace", help="'synthetic', a path, or a public trace by name (kvlab traces list)")
@@ -251,10 +243,7 @@ def _deployment_args(m, ENGINES, ROUTERS) -> None:
     m.add_argument("--max-num-batched-tokens", type=_count("--max-num-batched-tokens", 1, 1 << 24), default=8192)
     m.add_argument("--max-num-seqs", type=_count("--max-num-seqs", 1, 1 << 20), default=256)
     m.add_argument("--max-model-len", type=_count("--max-model-len", 1, 1 << 40), default=None)
-    m.add_argument("--step-time", default="auto", choices=STEP_TIMES,
-                   help="step model (default auto: aiconfigurator's data where it covers the deployment, else kvlab's "
-                        "roofline; aiconfigurator or roofline only; affine: the four coefficients below, or without "
-                        "them the fit to aiconfigurator's Qwen3-8B / H200 figures, refused for any other deployment)")
+    m.add_argument("--step-time", default="auto", choices=stepsources.names(), help=f"step model: {stepsources.help_text()}")
     for k, flag, _ in AFFINE:
         unit = flag.rsplit("-", 1)[1]
         m.add_argument(flag, dest=k, type=_number(flag, 0, 1e9), default=None,
@@ -297,6 +286,9 @@ def register(sub) -> None:
     m.add_argument("--steps-out", default=None, metavar="FILE.jsonl",
                    help="write one line per step (time, tokens per request [prefill, decode], preempted, free "
                         "blocks); the file must not exist")
+    m.add_argument("--no-progress", action="store_true",
+                   help=f"no progress bar (shown on stderr for traces of {PROGRESS_REQUESTS:,} requests or more, "
+                        "never with --json)")
     m.add_argument("--explain", action="store_true",
                    help="also say which of vLLM 0.33's scheduling rules are modelled and which are left out")
     m.set_defaults(func=cmd_serve_sim)

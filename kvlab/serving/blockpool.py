@@ -23,6 +23,7 @@ class BlockPool:
         self.ref: dict[int, int] = {}  # requests holding each block handed out (absent: 0)
         self.key: dict = {}  # hash key of a full cached block (absent: not cached)
         self.cached: dict = {}  # key -> {block: None}, first cached first (vLLM keeps every block of a key)
+        self.first: dict = {}  # key -> the first block of cached[key] (what a hit takes)
         self.head_q: OrderedDict[int, None] = OrderedDict()  # free blocks before the never-used ones
         self.fresh = 1  # next never-used block (block 0: vLLM's null block, popped at start and never freed)
         self.tail_q: OrderedDict[int, None] = OrderedDict()  # free blocks after the never-used ones (LRU order)
@@ -32,53 +33,68 @@ class BlockPool:
 
     def hit(self, keys) -> list[int]:
         """Blocks cached for the longest run of leading keys."""
-        out = []
         if not self.caching:
-            return out
-        for k in keys:
-            bs = self.cached.get(k)
-            if not bs:
-                break
-            out.append(next(iter(bs)))
-        return out
+            return []
+        found = list(map(self.first.get, keys))  # None past the run of cached keys (block 0 is never cached)
+        try:
+            return found[:found.index(None)]
+        except ValueError:
+            return found
 
     def evictable(self, blocks) -> int:
-        """How many of `blocks` (cache hits) sit in the free queue, so taking them uses free blocks."""
-        ref = self.ref
-        return sum(1 for b in blocks if not ref.get(b))
+        """How many of `blocks` (cache hits) sit in the free queue, so taking them uses free blocks (a block held
+        by a request has a count of at least 1 in `ref`; a free one none)."""
+        return len(blocks) - sum(map(self.ref.__contains__, blocks))
 
     def touch(self, blocks) -> None:
-        ref = self.ref
+        ref, head_q, tail_q = self.ref, self.head_q, self.tail_q
         for b in blocks:
-            if not ref.get(b):
-                if b in self.head_q:
-                    del self.head_q[b]
-                else:
-                    del self.tail_q[b]
-                ref[b] = 1
+            c = ref.get(b)
+            if c:
+                ref[b] = c + 1
             else:
-                ref[b] += 1
-
-    def _pop(self) -> int:
-        if self.head_q:
-            return self.head_q.popitem(last=False)[0]
-        if self.fresh < self.num_blocks:
-            self.fresh += 1
-            return self.fresh - 1
-        return self.tail_q.popitem(last=False)[0]
+                if b in head_q:
+                    del head_q[b]
+                else:
+                    del tail_q[b]
+                ref[b] = 1
 
     def take(self, n: int) -> list[int]:
+        """`n` free blocks in free-queue order (the head's, then never-used ones, then the tail's, least recently
+        freed first), each dropping the hash it carried; held once each."""
         out = []
+        head_q, ref = self.head_q, self.ref
+        while n and head_q:
+            out.append(head_q.popitem(last=False)[0])
+            n -= 1
+        m = min(n, self.num_blocks - self.fresh)
+        if m > 0:  # never used: no hash to drop
+            fresh = range(self.fresh, self.fresh + m)
+            self.fresh += m
+            n -= m
+        else:
+            fresh = ()
+        tail_q = self.tail_q
         for _ in range(n):
-            b = self._pop()
-            k = self.key.pop(b, None)
+            out.append(tail_q.popitem(last=False)[0])
+        key, cached, first = self.key, self.cached, self.first
+        for b in out:
+            k = key.pop(b, None)
             if k is not None:
-                bs = self.cached[k]
+                bs = cached[k]
                 del bs[b]
                 if not bs:
-                    del self.cached[k]
-            self.ref[b] = 1
-            out.append(b)
+                    del cached[k]
+                    del first[k]
+                elif first[k] == b:
+                    first[k] = next(iter(bs))
+            ref[b] = 1
+        if fresh:
+            ref.update(dict.fromkeys(fresh, 1))
+            if len(out) == 0:
+                return list(fresh)
+            k = len(out) - n  # the head's blocks come before the never-used ones, the tail's after
+            out[k:k] = fresh
         return out
 
     def cache(self, b: int, k) -> None:
@@ -86,24 +102,46 @@ class BlockPool:
         if not self.caching or b in self.key:
             return
         self.key[b] = k
-        self.cached.setdefault(k, {})[b] = None
+        if k in self.cached:
+            self.cached[k][b] = None
+        else:
+            self.cached[k] = {b: None}
+            self.first[k] = b
+
+    def cache_many(self, blocks, keys) -> None:
+        """`cache(b, k)` for each pair, in order."""
+        if not self.caching:
+            return
+        key, cached, first = self.key, self.cached, self.first
+        for b, k in zip(blocks, keys):
+            if b in key:
+                continue
+            key[b] = k
+            d = cached.get(k)
+            if d is None:
+                cached[k] = {b: None}
+                first[k] = b
+            else:
+                d[b] = None
 
     def free(self, blocks) -> None:
         """Release one request's blocks, its last block first (vLLM frees in reverse, so the tail is evicted first):
         a block no longer held goes to the back of the free queue if it is hashed (LRU), to the front if not
         (vLLM reuses blocks that can never hit first: block_pool.py free_blocks)."""
         first = []
-        ref = self.ref
+        ref, key, tail_q = self.ref, self.key, self.tail_q
         for b in reversed(blocks):
             c = ref[b] - 1
             if c == 0:
                 del ref[b]
-                if b in self.key:
-                    self.tail_q[b] = None
+                if b in key:
+                    tail_q[b] = None
                 else:
                     first.append(b)
             else:
                 ref[b] = c
-        for b in reversed(first):
-            self.head_q[b] = None
-            self.head_q.move_to_end(b, last=False)
+        if first:
+            head_q = self.head_q
+            for b in reversed(first):
+                head_q[b] = None
+                head_q.move_to_end(b, last=False)

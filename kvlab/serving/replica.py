@@ -206,6 +206,18 @@ class Replica:
         return done
 
 
+def prompt_keys(ids: np.ndarray, prompt: int, block_size: int, trace_block: int) -> list[int]:
+    """Hash key of every full KV block of a prompt whose trace blocks are `ids` ([T], each naming its tokens and
+    everything before them): trace block t holding the KV block's last token, at offset o in it, as the int
+    t_id * trace_block + o, so equal keys mean equal tokens up to the block's end (keys stop where the trace's
+    blocks do)."""
+    last = np.arange(block_size - 1, (prompt // block_size) * block_size, block_size, dtype=np.int64)  # [K]
+    t = last // trace_block  # [K] trace block of each KV block's last token
+    last = last[t < len(ids)]
+    t = t[:len(last)]
+    return (np.asarray(ids, np.int64)[t] * trace_block + last % trace_block).tolist()
+
+
 class VllmReplica:
     """One replica run by kvlab.serving.scheduler.VllmScheduler (vLLM 0.33's rules, checked step for step against
     vLLM itself); the simulator drives it with `add` and `step`. Its prefix cache is the pool's free-but-hashed
@@ -238,21 +250,12 @@ class VllmReplica:
         return s.k.num_blocks - 1 - s.pool.free_count() + sum(cdiv(r.tokens, bs) for r in s.waiting)
 
     def _keys(self, r: int) -> list:
-        """Hash key of every full prompt block of request r: (trace block holding the block's last token, where in
-        it the block ends), so equal keys mean equal tokens up to the block's end."""
-        a = self.a
+        """Hash key of every full prompt block of request r (prompt_keys)."""
         if not self.caching:
             return []
-        bs, bt = self.sched.k.block_size, a.trace.block_tokens
-        ids = a.blocks_of(r)
-        keys = []
-        for j in range(int(a.input[r]) // bs):
-            last = (j + 1) * bs - 1
-            t = last // bt
-            if t >= len(ids):
-                break
-            keys.append((ids[t], last % bt))
-        return keys
+        a = self.a
+        return prompt_keys(a.ids[a.off[r]:a.off[r + 1]], int(a.input[r]), self.sched.k.block_size,
+                           a.trace.block_tokens)
 
     def add(self, r: int) -> None:
         from .scheduler import Req
@@ -355,9 +358,12 @@ class _PoolPeek:
     def peek(self, blocks) -> int:
         bt, bs = self.rep.a.trace.block_tokens, self.rep.sched.k.block_size
         cached = self.rep.sched.pool.cached
+        end = (bt // bs) * bs - 1  # where in a trace block its last full KV block ends
+        if end < 0:  # trace blocks shorter than a KV block: no key ends inside one
+            return 0
         n = 0
         for b in blocks:
-            if (b, (bt // bs) * bs - 1) not in cached:
+            if int(b) * bt + end not in cached:
                 break
             n += 1
         return n

@@ -26,6 +26,12 @@ from ..checks import cdiv
 from .blockpool import BlockPool
 
 
+def output_key(rid: int, i: int) -> int:
+    """Hash key of block i of request rid when it holds output tokens: unique to the request, and negative, so that
+    it never equals a prompt block's key (kvlab.serving.replica.prompt_keys: non-negative ints)."""
+    return ~((rid << 32) | i)
+
+
 @dataclass(frozen=True)
 class SchedulerKnobs:
     """vLLM's scheduler and cache settings (vLLM's defaults except the sizes)."""
@@ -49,7 +55,7 @@ class Req:
     id: int  # request index
     prompt: int  # prompt tokens
     max_tokens: int  # output tokens wanted
-    keys: list  # hash key of each full prompt block
+    keys: list  # hash key of each full prompt block (an int >= 0; equal keys: equal tokens up to its end)
     computed: int = 0  # tokens in the KV cache (num_computed_tokens)
     out: int = 0  # output tokens applied
     placeholders: int = 0  # output tokens in flight (async scheduling)
@@ -97,7 +103,14 @@ class VllmScheduler:
     # -- blocks ---------------------------------------------------------------------------------------------------
     def _key(self, r: Req, i: int):
         """Hash key of block i of r (prompt blocks: shared keys; blocks holding output tokens: unique to r)."""
-        return r.keys[i] if i < len(r.keys) else ("out", r.id, i)
+        return r.keys[i] if i < len(r.keys) else output_key(r.id, i)
+
+    def _keys(self, r: Req, lo: int, hi: int) -> list:
+        """Hash keys of blocks lo..hi-1 of r, as `_key` gives them one by one."""
+        keys = r.keys
+        if hi <= len(keys):
+            return keys[lo:hi]
+        return keys[lo:] + [output_key(r.id, i) for i in range(max(lo, len(keys)), hi)]
 
     def _allocate(self, r: Req, n: int, hit: list | None = None, reserve: bool = False) -> bool:
         hit = hit or []
@@ -105,22 +118,24 @@ class VllmScheduler:
         computed = r.computed + len(hit) * bs
         need = min(computed + n, self.k.max_model_len)
         new = cdiv(need, bs) - len(hit) - len(r.blocks)
-        want = max(new, 0) + self.pool.evictable(hit)
+        evict = self.pool.evictable(hit) if hit else 0
+        want = max(new, 0) + evict
         if reserve:  # full-input admission: the blocks the whole input needs must be free now
             full = max(cdiv(min(r.tokens, self.k.max_model_len), bs) - len(hit) - len(r.blocks), 0)
-            if full + self.pool.evictable(hit) > self.pool.free_count():
+            if full + evict > self.pool.free_count():
                 return False
         if want > self.pool.free_count():
             return False
-        self.pool.touch(hit)
-        r.blocks.extend(hit)
+        if hit:
+            self.pool.touch(hit)
+            r.blocks.extend(hit)
         if new > 0:
             r.blocks.extend(self.pool.take(new))
         # hash the blocks this step fills (vLLM caches at allocation, for the tokens being computed)
         full_blocks = min(computed + n, r.tokens) // bs
-        for i in range(r.cached_upto, full_blocks):
-            self.pool.cache(r.blocks[i], self._key(r, i))
-        r.cached_upto = max(r.cached_upto, full_blocks)
+        if full_blocks > r.cached_upto:
+            self.pool.cache_many(r.blocks[r.cached_upto:full_blocks], self._keys(r, r.cached_upto, full_blocks))
+            r.cached_upto = full_blocks
         return True
 
     def _free(self, r: Req) -> None:
@@ -184,7 +199,7 @@ class VllmScheduler:
                     continue
                 hit = []
                 if r.computed == 0 and self.pool.caching:
-                    hit = self.pool.hit([self._key(r, j) for j in range((r.tokens - 1) // k.block_size)])
+                    hit = self.pool.hit(self._keys(r, 0, (r.tokens - 1) // k.block_size))
                 n = r.tokens - len(hit) * k.block_size - r.computed
                 if 0 < threshold < n:
                     n = threshold

@@ -29,7 +29,8 @@ from ..sim.traces import Trace, access_tokens
 from .prefixcache import TierCache
 from .replica import Replica, VllmReplica
 from .router import ROUTERS, route
-from .stepmodel import AffineStepModel, StepModel, Target, check_target, describe
+from .eventloop import EventLoop
+from .stepmodel import StepModel, Target, as_step_model, check_target, describe
 
 TIERS = ("hbm", "dram", "ssd")
 SCHEDULERS = ("vllm", "legacy")
@@ -205,26 +206,9 @@ class ServeResult:
         return d
 
 
-def _step_s(model, prefill, decode) -> float:
-    if isinstance(model, AffineStepModel):  # the totals are enough: skip building tuples twice
-        return model.totals_s(sum(n for n, _ in prefill), len(decode), sum(c for _, c in prefill) + sum(decode))
-    return float(model.step_s(prefill, decode))
-
-
-def _decode_run_s(model, contexts: list, steps: int):
-    """[steps] seconds of consecutive decode steps of one batch (step j at `contexts` + j): the model's vectorized
-    `decode_run_s` where it has one (equal to step_s figure by figure), else step_s per step."""
-    run = getattr(model, "decode_run_s", None)
-    if run is not None:
-        return run(contexts, steps).tolist()
-    return [_step_s(model, (), [c + j for c in contexts]) for j in range(steps)]
-
-
-FAST_FORWARD_STEPS = 4096  # most decode steps one fast-forward prices at once
-
-
 def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model: StepModel | None = None,
-                     slo: dict | None = None, fast_forward: bool = True, record_steps: bool = False) -> ServeResult:
+                     slo: dict | None = None, fast_forward: bool = True, record_steps: bool = False,
+                     progress: bool = False) -> ServeResult:
     """Run `trace` through `config.replicas` replicas; `step_model` times each step (None: for a deployment_config,
     kvlab.serving.steptime.step_time(..., "auto") of its deployment; a bare ServeConfig needs one given). A step
     model that prices one deployment (`target`: the affine fit, a step-time source) is refused for another.
@@ -233,12 +217,13 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
     `fast_forward`: a replica whose batch only decodes, with nothing able to join it, applies its steps up to the
     next event of the run (an arrival, another replica's step, a completion, a page it cannot grow into) at once,
     their times priced in one vectorized call: every figure equals the step-by-step loop's (`False`; tests hold
-    the two equal), at a fraction of its cost on lightly loaded replicas."""
+    the two equal), at a fraction of its cost on lightly loaded replicas. The loop is
+    kvlab.serving.eventloop.EventLoop; `progress` shows a tqdm bar of requests done on stderr.
+    `record_steps` keeps one dict per step (`steps_log`), every step run one by one."""
     need_type("trace", trace, Trace, "a kvlab.sim.traces.Trace")
     cfg = ServeConfig() if config is None else need_type("config", config, ServeConfig, "a ServeConfig")
     model = step_model if step_model is not None else default_step_model(cfg)
-    if not callable(getattr(model, "step_s", None)):
-        raise ParameterError(f"step_model must provide step_s(prefill, decode), got {type(model).__name__}")
+    steps_model = as_step_model(model)  # the one step-time protocol (a third party's step_s adapted once)
     check_target(model, cfg.target)
     check_requests(trace)
     slo = dict(slo or {})
@@ -254,176 +239,30 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
     knobs = scheduler_knobs(cfg)
     if vllm:
         reps = [VllmReplica(i, knobs, a, cfg.prefix_caching and trace.has_prefixes, log) for i in range(cfg.replicas)]
+        refuses = lambda r: never_fits(a.input[r], a.output[r], knobs)  # noqa: E731
     else:
         reps = [Replica(i, cfg.pool_tokens // cfg.page_tokens, cfg.page_tokens, cfg.max_num_batched_tokens,
                         cfg.max_num_seqs, TierCache(cfg.cache_blocks, cfg.block_bytes, cfg.ttl_s, cfg.policy)
                         if caching else None, a) for i in range(cfg.replicas)]
-    limit = min(cfg.max_model_len or cfg.pool_tokens, (cfg.pool_tokens // cfg.page_tokens) * cfg.page_tokens)
+        limit = min(cfg.max_model_len or cfg.pool_tokens, (cfg.pool_tokens // cfg.page_tokens) * cfg.page_tokens)
+        refuses = lambda r: a.input[r] + a.output[r] > limit  # noqa: E731
     closed = cfg.closed_loop if cfg.closed_loop is not None else trace.session_ids is not None
     if closed and trace.session_ids is None:
         raise ParameterError(f"closed_loop needs a trace with session ids; {trace.name!r} has none")
-    nxt = np.full(N, -1, np.int64)  # closed loop: the session's next turn
-    gap = np.zeros(N)  # and the pause before it
-    ts = trace.timestamps.astype(float)
-    arrivals: list = []  # heap of (time, 1, request)
-    ends: list = []  # heap of (time, 0, replica): the step in flight on each busy replica
-    if closed:
-        sid = trace.session_ids
-        order = np.lexsort((np.arange(N), sid))
-        first = np.ones(N, bool)
-        same = sid[order[1:]] == sid[order[:-1]]
-        nxt[order[:-1][same]] = order[1:][same]
-        gap[order[:-1][same]] = ts[order[1:][same]] - ts[order[:-1][same]]
-        first[order[1:][same]] = False
-        for r in np.flatnonzero(first):
-            arrivals.append((ts[r], 1, int(r)))
-    else:
-        arrivals = [(ts[r], 1, r) for r in range(N)]
-    heapq.heapify(arrivals)
+    arrivals, nxt, gap = _arrivals(trace, closed)
     # a completion at time t makes the session's next turn arrive at t + gap or later (closed loop)
     min_gap = float(gap[nxt >= 0].min()) if closed and (nxt >= 0).any() else math.inf
-    in_sys, area, last_t, t0, t_end = 0, 0.0, None, None, 0.0
-    counter = 0
-    steps = 0
-
-    def horizon() -> float:
-        """The earliest time a request could next reach any replica: the next arrival, or the next turn of a
-        session that another replica's step could complete. Nothing before it reads or changes a busy replica."""
-        h = arrivals[0][0] if arrivals else math.inf
-        if ends and min_gap < math.inf:
-            h = min(h, ends[0][0] + min_gap)
-        return h
-
-    def start(rep: Replica, now: float):
-        nonlocal steps
-        prefill, decode, load_s = rep.schedule(now)
-        if not rep.plan:
-            rep.busy_until = -1.0
-            return
-        dt = _step_s(model, prefill, decode) + load_s
-        if fast_forward and not prefill and rep.decode_only():
-            # the steps that end before any request can arrive only change contexts: apply them here. A closed
-            # replica ignores arrivals (they queue behind a head that cannot join) unless the prefix router reads
-            # its free pages when routing them
-            h = math.inf if rep.closed() and cfg.router != "prefix" else horizon()
-            if now + dt < h:
-                k = rep.decode_room(min(FAST_FORWARD_STEPS, int(min((h - now) / dt, 1e9)) + 2))
-                if k > 1:
-                    dts = _decode_run_s(model, decode, k)
-                    m = 0
-                    while m < k - 1:
-                        d = dt if m == 0 else dts[m]
-                        if now + d >= h:
-                            break
-                        now += d
-                        rep.busy_s += d
-                        m += 1
-                    if m:
-                        rep.advance_decode(m)
-                        rep.steps += m
-                        steps += m
-                        dt = dts[m]
-        rep.busy_until = now + dt
-        rep.busy_s += dt
-        rep.steps += 1
-        steps += 1
-        heapq.heappush(ends, (now + dt, 0, rep.index))
-
-    def count(now: float, change: int):
-        """Requests in the system change (an arrival, a departure): integrate the count up to now."""
-        nonlocal in_sys, area, last_t
-        area += in_sys * (now - last_t)
-        last_t = now
-        in_sys += change
-
-    def leave(r: int, now: float):
-        count(now, -1)
-        if nxt[r] >= 0:
-            heapq.heappush(arrivals, (now + gap[r], 1, int(nxt[r])))
-
-    def step_vllm(rep: VllmReplica, now: float):
-        """Apply what is due on `rep` at `now` and start its next step (every event of `now` is in)."""
-        nonlocal steps, t_end
-        done, prefill, decode = rep.step(now)
-        for r in done:
-            t_end = max(t_end, now)
-            leave(r, now)
-        if not prefill and not decode:
-            rep.busy_until = -1.0
-            return
-        dt = _step_s(model, prefill, decode)
-        if fast_forward and not prefill and log is None:
-            k = rep.decode_room(FAST_FORWARD_STEPS)
-            if k > 0:
-                h = horizon()
-                t = now + dt
-                if t < h:
-                    dts = _decode_run_s(model, decode, k + 1)
-                    m, prev = 0, now
-                    while m < k and t < h:  # skipped step m + 1 starts at t, before anything can join it
-                        rep.busy_s += dts[m] if m else dt  # summed in the step loop's order, to the last bit
-                        prev = t
-                        t += dts[m + 1]
-                        m += 1
-                    rep.skip_decodes(m)
-                    rep.steps += m
-                    steps += m
-                    if m:
-                        now, dt = prev, dts[m]
-        rep.busy_until = now + dt
-        rep.busy_s += dt
-        rep.steps += 1
-        steps += 1
-        heapq.heappush(ends, (now + dt, 0, rep.index))
-
-    due: dict = {}  # vLLM replicas to step once every event at due_t is in (arrivals of a step join it together)
-    due_t = None
-    while arrivals or ends or due:
-        t_next = min(arrivals[0][0] if arrivals else math.inf, ends[0][0] if ends else math.inf)
-        if due and t_next > due_t:
-            for i in sorted(due):
-                step_vllm(due[i], due_t)
-            due = {}
-            continue
-        if ends and (not arrivals or ends[0] < arrivals[0]):  # one time order: (time, kind, index)
-            now, kind, x = heapq.heappop(ends)
-        else:
-            now, kind, x = heapq.heappop(arrivals)
-        if last_t is None:
-            last_t = t0 = now
-        due_t = now
-        if kind == 1:
-            r = x
-            a.arrival[r] = now
-            count(now, +1)
-            if (never_fits(a.input[r], a.output[r], knobs) if vllm else a.input[r] + a.output[r] > limit):
-                a.rejected[r] = True
-                leave(r, now)
-                continue
-            i = route(cfg.router, reps, a.blocks_of(r) if cfg.router == "prefix" else (), counter, cfg.overlap_weight)
-            counter += 1
-            a.replica[r] = i
-            rep = reps[i]
-            if vllm:
-                rep.add(r)
-                if rep.busy_until < 0:
-                    due[rep.index] = rep
-            else:
-                rep.waiting.append(r)
-                if rep.busy_until < 0:
-                    start(rep, now)
-        elif vllm:
-            due[x] = reps[x]
-        else:
-            rep = reps[x]
-            for r in rep.finish_step(now):
-                t_end = max(t_end, now)
-                leave(r, now)
-            start(rep, now)
-    if vllm:
-        for rep in reps:
-            if rep.sched.has_work():
-                raise ParameterError(f"replica {rep.index} stopped with requests it can never schedule")
+    bar = None
+    if progress:
+        from tqdm import tqdm
+        bar = tqdm(total=N, unit="request", desc="serve-sim", mininterval=0.5, smoothing=0.05)
+    try:
+        loop = EventLoop(cfg, a, reps, steps_model, arrivals, nxt, gap, refuses, vllm=vllm, min_gap=min_gap,
+                         fast_forward=fast_forward, logging=log is not None, progress=bar).run()
+    finally:
+        if bar is not None:
+            bar.close()
+    steps, area, t0, t_end = loop.steps, loop.area, loop.t0, loop.t_end
     fin, first, started = np.array(a.finished), np.array(a.first_token), np.array(a.started)
     outn, inp = np.array(a.output, np.int64), np.array(a.input, np.int64)
     ok = ~a.rejected & np.isfinite(fin)
@@ -445,6 +284,28 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
                        np.array([r.busy_s for r in reps]), steps, int(sum(r.preemptions for r in reps)),
                        float(area / span) if span > 0 else 0.0, slo, describe(model), np.array(a.preempted, np.int64),
                        a.hit_tok.copy(), log)
+
+
+def _arrivals(trace: Trace, closed: bool):
+    """(heap of first arrivals (time, 1, request), [R] each request's next turn in its session (-1: none), [R] the
+    pause before it): closed loop, a session's later turns wait for its previous one (pushed when it leaves)."""
+    N = len(trace)
+    nxt = np.full(N, -1, np.int64)  # closed loop: the session's next turn
+    gap = np.zeros(N)  # and the pause before it
+    ts = trace.timestamps.astype(float)
+    if closed:
+        sid = trace.session_ids
+        order = np.lexsort((np.arange(N), sid))
+        first = np.ones(N, bool)
+        same = sid[order[1:]] == sid[order[:-1]]
+        nxt[order[:-1][same]] = order[1:][same]
+        gap[order[:-1][same]] = ts[order[1:][same]] - ts[order[:-1][same]]
+        first[order[1:][same]] = False
+        arrivals = [(ts[r], 1, int(r)) for r in np.flatnonzero(first)]
+    else:
+        arrivals = [(ts[r], 1, r) for r in range(N)]
+    heapq.heapify(arrivals)
+    return arrivals, nxt, gap
 
 
 def scheduler_blocks(cfg: ServeConfig) -> int:

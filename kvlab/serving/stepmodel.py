@@ -1,16 +1,22 @@
-"""What one engine step costs: the interface the serving simulator consumes, an affine model of it, and the
-deployment a step model prices.
+"""What one engine step costs: the one step-time protocol the serving simulator consumes (`StepModel`), an affine
+model of it, the one-second unit model, and the deployment a step model prices.
 
 A step is what a vLLM-V1-like scheduler runs in one forward pass (vllm/v1/core/sched/scheduler.py schedule):
 prefill chunks, each (new_tokens, context) with `context` the tokens already in the KV cache before the chunk
-(prefix hits and earlier chunks), and decode requests, each given by its context length. Any step-time source
-(aiconfigurator tables, a roofline) plugs in by providing `step_s`; `describe(model)` says where its figures come
-from (every serving output prints it), and a model that prices one deployment (`target`) is refused for another.
+(prefix hits and earlier chunks), and decode requests, each given by its context length. Every step-time source
+(the affine fit, the unit model, kvlab's roofline, aiconfigurator's measured data) is a `StepModel`: `step_s`
+prices one step, `decode_run_s` a run of identical decode-only steps (the fast-forward's path; the base class
+prices it step by step), `describe()` says where its figures come from (every serving output prints it), and a
+model that prices one deployment (`target`) is refused for another. The sources are registered once, by name, in
+kvlab.serving.stepsources (the CLI's `--step-time` choices); `as_step_model` adapts any other object with a
+`step_s` to the protocol, once, before the simulator's loop starts.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Sequence
+
+import numpy as np
 
 from ..checks import need_int, need_number
 from ..errors import ParameterError
@@ -54,17 +60,58 @@ class Target:
 FIT_TARGET = Target("qwen3-8b", "H200", "vllm", 1, 1, "bf16")  # the deployment the affine fit's figures describe
 
 
-@runtime_checkable
-class StepModel(Protocol):
-    """Seconds one engine step takes."""
+class StepModel:
+    """Seconds one engine step takes: the one contract of the serving simulator's loop. Subclasses implement
+    `step_s`; `decode_run_s` and `describe` have defaults."""
+
+    target: Target | None = None  # the one deployment it prices (None: whatever the caller runs it on)
 
     def step_s(self, prefill: Sequence[tuple[int, int]], decode: Sequence[int]) -> float:
-        """prefill: (new_tokens, context) per chunk; decode: context length per decoding request."""
-        ...
+        """Seconds of one step, a Python float. prefill: (new_tokens, context) per chunk; decode: context length
+        per decoding request."""
+        raise NotImplementedError
+
+    def decode_run_s(self, contexts: Sequence[int], steps: int) -> np.ndarray:
+        """[steps] seconds of consecutive decode-only steps of one batch, step j at `contexts` + j: each must equal
+        `step_s([], contexts + j)` to the last bit (the fast-forward sums them in the step loop's order). This
+        default prices step by step; a source with a vectorized form overrides it."""
+        return np.array([self.step_s((), [c + j for c in contexts]) for j in range(steps)], float)
+
+    def describe(self) -> dict:
+        """source, basis (what its figures were measured or fitted on, or how they are estimated) and estimate."""
+        return dict(source=type(self).__name__, basis="a step model the caller supplied", estimate=None)
+
+
+class _Adapted(StepModel):
+    """Another object with a `step_s` (a third party's source) as a StepModel: its figures as floats, its run of
+    decode steps priced step by step, its own description and target where it has them."""
+
+    def __init__(self, inner):
+        self.inner = inner  # the adapted object
+        self.target = getattr(inner, "target", None)
+
+    def step_s(self, prefill, decode) -> float:
+        return float(self.inner.step_s(prefill, decode))
+
+    def describe(self) -> dict:
+        d = getattr(self.inner, "describe", None)
+        if callable(d):
+            return d()
+        return dict(source=type(self.inner).__name__, basis="a step model the caller supplied", estimate=None)
+
+
+def as_step_model(model) -> StepModel:
+    """`model` as a StepModel: itself when it is one, an adapter for another object with a `step_s(prefill,
+    decode)`; anything else is refused (a ParameterError naming its type)."""
+    if isinstance(model, StepModel):
+        return model
+    if not callable(getattr(model, "step_s", None)):
+        raise ParameterError(f"step_model must provide step_s(prefill, decode), got {type(model).__name__}")
+    return _Adapted(model)
 
 
 @dataclass(frozen=True)
-class AffineStepModel:
+class AffineStepModel(StepModel):
     """step_s = overhead + per prefill token x new tokens + per decode request x requests + per context token x
     (context read by every decode + context attended by every prefill chunk).
 
@@ -108,7 +155,6 @@ class AffineStepModel:
     def decode_run_s(self, contexts, steps: int):
         """[steps] seconds of consecutive pure-decode steps of one batch, step j at `contexts` + j: each equals
         `step_s([], contexts + j)` exactly (integer context sums, the same float operations)."""
-        import numpy as np
         ctx = np.asarray(contexts, np.int64)  # [B]
         total = int(ctx.sum()) + ctx.size * np.arange(steps, dtype=np.int64)  # [steps] context tokens read
         return (self.overhead_s + self.prefill_token_s * 0 + self.decode_request_s * ctx.size

@@ -1,7 +1,9 @@
 """Step times: the latency of one engine iteration (prefill chunks + decode tokens) for a model, GPU, engine,
 tensor parallelism and KV format.
 
-Two sources behind one contract (`StepTimeSource.step_ms(step)`), registered in SOURCES:
+Two sources behind one contract (`StepTimeSource.step_ms(step)`; as kvlab.serving.stepmodel.StepModel subclasses
+they also price the serving simulator's steps), keyed in SOURCES (the CLI's `--step-time` names, with affine and
+unit, are registered in kvlab.serving.stepsources):
   aiconfigurator  NVIDIA aiconfigurator's measured-data engine model (optional extra; .aiconfigurator)
   roofline        kvlab's own counts against the hardware table, an estimate (.roofline)
 `step_time(model, gpu, engine, tp, kv_format)` picks aiconfigurator where it covers the combination and the

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from ...checks import _short, need_int
 from ...errors import ParameterError
 from ...sim.traces import MAX_TOKENS
+from ..stepmodel import StepModel
 
 MAX_CONTEXT = MAX_TOKENS  # most tokens one request may hold (kvlab.sim.traces' bound on a request's length)
 MAX_BATCH = 2**20  # most prefill chunks or decode requests in one step: no engine batches a million
@@ -87,9 +88,10 @@ class StepTime:
         return dict(ms=self.ms, source=self.source, estimate=self.estimate, note=self.note, parts=self.parts)
 
 
-class StepTimeSource:
+class StepTimeSource(StepModel):
     """Prices steps for one (model, GPU, engine, parallelism, KV format): its `target`. Subclasses set `name`,
-    implement `time` and `basis`; `step_ms` is its `ms`."""
+    implement `time` and `basis`; `step_ms` is its `ms`. A StepModel (kvlab.serving.stepmodel), so the serving
+    simulator runs on any source."""
 
     name = ""  # registry key
     estimate = True  # whether its figures are estimates
@@ -114,9 +116,9 @@ class StepTimeSource:
         return self.time(step).ms
 
     def step_s(self, prefill, decode) -> float:
-        """kvlab.serving.stepmodel's StepModel protocol, so the serving simulator can run on any source: prefill
-        (new_tokens, cached) pairs and decode contexts -> seconds (a decode at context 0 counts as context 1)."""
-        return self.step_ms(Step(tuple(Chunk(n, c) for n, c in prefill), tuple(max(1, c) for c in decode))) / 1e3
+        """The StepModel protocol: prefill (new_tokens, cached) pairs and decode contexts -> seconds (a decode at
+        context 0 counts as context 1)."""
+        return float(self.step_ms(Step(tuple(Chunk(n, c) for n, c in prefill), tuple(max(1, c) for c in decode)))) / 1e3
 
 
 # --- CLI / string forms --------------------------------------------------------------------------------------------

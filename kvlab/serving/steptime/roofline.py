@@ -215,7 +215,7 @@ class Roofline(StepTimeSource):
         if d and min(d) < 1:  # a context of 0 is priced as 1
             d = [max(1, c) for c in d]
         _, _, _, mem_ms, cmp_ms = self._terms(d, [(int(n), int(c)) for n, c in prefill])
-        return (self.overhead_ms + max(mem_ms, cmp_ms)) / 1e3
+        return float((self.overhead_ms + max(mem_ms, cmp_ms)) / 1e3)
 
     def decode_run_s(self, contexts, steps: int) -> np.ndarray:
         """[steps] seconds of `steps` consecutive pure-decode steps of one batch, step j at `contexts` + j ([B]):

@@ -1,0 +1,63 @@
+"""`kvlab serve-sim` on a one-million-request synthetic trace: requests per second with the tier stack on (a host
+DRAM tier behind the HBM pool) against the same run with it off, as a ratio.
+
+  trace   kvlab's seeded agent workload (seed 0) with enough sessions for REQUESTS requests, its first REQUESTS
+          taken; trace blocks of 4,096 tokens keep it under the generator's 10,000,000 block accesses (its 512-token
+          default would make about 36 per request); generation is not timed
+  run     Qwen3-8B on one H200 replica under vLLM's rules, roofline step times, closed loop, as
+          `kvlab serve-sim synthetic --model qwen3-8b --gpu h200 --step-time roofline` runs it
+  on      the same with `--dram-gb 64` (the tier stack: HBM, then 64 GB of host DRAM; today such a run schedules on
+          the legacy replica, kvlab.serving.replica.Replica, until the tier stack serves VllmScheduler)
+  off     no host tier: VllmScheduler, whose prefix cache is the pool's free-but-hashed blocks
+Goal (issue 36): one million requests in < 60 s on 2 cores. KVLAB_BENCH_SERVESIM_REQUESTS sets the size (default
+1,000,000; the whole bench then takes hours on 2 cores, docs/scheduler.md has the figures).
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+
+REQUESTS = int(os.environ.get("KVLAB_BENCH_SERVESIM_REQUESTS", "1000000"))
+MODEL, GPU, ENGINE, DRAM_GB = "qwen3-8b", "h200", "vllm", 64.0
+REQUESTS_PER_SESSION = 9  # the workload's sessions make about 9.7 requests each: ask for enough sessions
+
+
+def trace(n: int = REQUESTS):
+    """The seeded synthetic trace of `n` requests."""
+    from kvlab.sim.traces import synthetic_agent_trace
+    return synthetic_agent_trace(seed=0, sessions=math.ceil(n / REQUESTS_PER_SESSION), block_tokens=4096).head(n)
+
+
+def run(tr, dram_gb: float, progress: bool = False):
+    """(seconds, ServeResult) of one serve-sim run of `tr`."""
+    from kvlab.serving.simulator import deployment_config, simulate_serving
+    from kvlab.serving.steptime import step_time
+    cfg = deployment_config(MODEL, GPU, tr, engine=ENGINE, dram_gb=dram_gb)
+    model = step_time(MODEL, GPU, ENGINE, source="roofline")
+    t = time.perf_counter()
+    r = simulate_serving(tr, cfg, model, progress=progress)
+    return time.perf_counter() - t, r
+
+
+def main() -> None:
+    t = time.perf_counter()
+    tr = trace()
+    print(f"synthetic trace: {len(tr):,} requests, {int(tr.block_offsets[-1]):,} block accesses of "
+          f"{tr.block_tokens:,} tokens, generated in {time.perf_counter() - t:.1f} s (not timed); load "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    tty = sys.stderr.isatty()
+    rows = {}
+    for label, dram in (("on", DRAM_GB), ("off", 0.0)):
+        s, r = run(tr, dram, progress=tty)
+        rows[label] = s
+        sm = r.summary()
+        print(f"  tier stack {label:>3} ({r.config.scheduler} scheduler): {s:,.1f} s, {len(tr) / s:,.0f} requests/s, "
+              f"{r.steps:,} steps, TTFT p99 {sm['ttft_p99_s']:.3f} s, prefix hits {sm['token_hit_rate']:.1%}")
+    print(f"  on / off: {rows['off'] / rows['on']:.2f}x the requests per second (goal: {REQUESTS:,} requests in "
+          f"< 60 s on 2 cores)")
+
+
+if __name__ == "__main__":
+    main()
