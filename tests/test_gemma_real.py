@@ -210,3 +210,15 @@ def test_notebook_10_takes_a_list_of_models(gemma):
                        (dict(models=["no-such-model"]), "parameter models: unknown model")):
         with pytest.raises(ParameterError, match=match):
             RealQualityParams.of({**defaults, **bad})
+
+
+def test_presses_rotate_with_the_full_layers_rope(gemma):
+    """Gemma 3 has one RoPE per layer type (theta 1e6 on full layers, 1e4 on sliding ones): a press that rotates
+    query statistics (expected_attention) gets the full layers' one, where it acts."""
+    from kvlab.hf.cache import _rotary
+    model, _ = gemma
+    x, pos = torch.zeros(1, 4, 3, 256), torch.arange(600, 603)[None]
+    cos, sin = _rotary(model)(x, pos)
+    want = model.model.rotary_emb(x, pos, "full_attention")
+    other = model.model.rotary_emb(x, pos, "sliding_attention")
+    assert torch.equal(cos, want[0]) and torch.equal(sin, want[1]) and not torch.equal(cos, other[0])
