@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import torch
@@ -642,7 +643,12 @@ def make_cache(config_or_model, kv_format=None, k_format=None, v_format=None, re
 
 
 def _rotary(model):
-    """The model's rotary embedding module (presses that rotate query statistics, kvpress's ExpectedAttention)."""
+    """The model's rotary embedding (presses that rotate query statistics, kvpress's ExpectedAttention) as
+    rotary(x, position_ids) -> (cos, sin). A model with one RoPE per layer type (Gemma 3: `rope_type` a dict, its
+    forward taking `layer_type`) gives the full-attention layers' one: presses act there alone."""
     inner = getattr(model, "model", None)
     inner = getattr(inner, "language_model", inner)
-    return getattr(inner, "rotary_emb", None)
+    rope = getattr(inner, "rotary_emb", None)
+    if rope is not None and isinstance(getattr(rope, "rope_type", None), dict):
+        return partial(rope, layer_type="full_attention")
+    return rope

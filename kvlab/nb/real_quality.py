@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import ParameterError
 from ..hf.quality import Setting, format_settings, mechanism_label, mechanism_settings, press_settings
 from .params import NotebookParams
 
@@ -12,7 +13,7 @@ from .params import NotebookParams
 class RealQualityParams(NotebookParams):
     """Notebook 10's parameters, checked on construction: a bad one stops the notebook with one message."""
 
-    model: str  # a real model: kvlab.hf.pretrained name, GGUF file or model folder
+    models: list  # real models: kvlab.hf.pretrained names, GGUF files or model folders
     task: str  # kvlab.quality.tasks name (RULER's definitions)
     contexts: list  # context tokens per sample
     formats: list  # kvlab formats (integer ones KIVI-style with `residual`)
@@ -21,6 +22,7 @@ class RealQualityParams(NotebookParams):
     presses: list  # 'name keep budget [format]' (kvlab.hf.presses; budget a fraction of the context)
     protocol: str  # question_agnostic (kvpress's pipeline) or question_aware
     samples: int  # samples per context: the least
+    model_samples: dict  # {model: samples}: a model answering fewer (or more) samples than `samples`
     halfwidth: float  # more samples, in rounds, until every Wilson 95% interval is this narrow (0: exactly `samples`)
     max_samples: int  # the most samples per context
     round_size: int  # samples per round
@@ -29,21 +31,22 @@ class RealQualityParams(NotebookParams):
     text_tokens: int  # tokens per prose window
     seed: int  # seed of the samples and windows
     threads: int  # torch CPU threads (0: torch's default)
-    path: str = field(init=False)  # the model's folder
+    paths: dict = field(init=False)  # model -> its folder
 
     def __post_init__(self):
         from ..hf.pretrained import resolve_model
         from ..quality.prompt import PROTOCOLS
         from ..quality.tasks import TASKS
-        self.need_text("model")
-        self.path = str(resolve_model(self.model))
+        models = self.need_names("models")
+        if len(set(models)) != len(models):
+            raise ParameterError(f"parameter models names a model twice: {models}")
+        self.paths = {m: str(self.need_lookup("models", resolve_model, m)) for m in models}
         self.need_choice("task", TASKS)
         self.need_ints("contexts", 64, 1 << 17)
         for f in self.need_names("formats"):
             from ..formats import get_format
             self.need_lookup("formats", get_format, f)
         if "bf16" not in self.formats:
-            from ..errors import ParameterError
             raise ParameterError("parameter formats: include 'bf16', the reference every change is paired with")
         for m in self.need_names("mechanisms", empty=True):
             self.need_lookup("mechanisms", mechanism_label, m)
@@ -51,8 +54,14 @@ class RealQualityParams(NotebookParams):
         self.need_choice("protocol", PROTOCOLS)
         self.need_int("residual", 0)
         self.need_int("samples", 1)
+        if not isinstance(self.model_samples, dict):
+            raise ParameterError(f"parameter model_samples must be a dict {{model: samples}}, got "
+                                 f"{self.model_samples!r}")
+        for m, n in self.model_samples.items():
+            self.need_choice("model_samples", models, value=m)
+            self.need_int("model_samples", 1, value=n)
         self.need_number("halfwidth", 0, 0.49)
-        self.need_int("max_samples", self.samples)
+        self.need_int("max_samples", max([self.samples, *self.model_samples.values()]))
         self.need_int("round_size", 1)
         self.need_int("max_new_tokens", 0)
         self.need_int("text_windows", 0)
@@ -60,14 +69,31 @@ class RealQualityParams(NotebookParams):
         self.need_int("seed", 0)
         self.need_int("threads", 0)
 
+    def samples_of(self, model: str) -> int:
+        """The least samples per context `model` answers."""
+        return self.model_samples.get(model, self.samples)
+
     def settings(self) -> list[Setting]:
         """Formats, then mechanisms and presses with K/V at the model's precision."""
         return (format_settings(self.formats, self.residual) + mechanism_settings(self.mechanisms)
                 + press_settings(self.presses, residual=self.residual))
 
 
-def plot_frontier(ax, table: list[dict], title: str):
-    """Accuracy (Wilson 95% bars) against bytes held, one point per setting, labels beside the points."""
+def describe(name: str, model, source: dict) -> str:
+    """One line on a loaded model: class, layers (sliding ones and their window), KV heads, parameters, licence."""
+    cfg = model.config
+    types = list(getattr(cfg, "layer_types", None) or [])
+    sliding = types.count("sliding_attention")
+    layers = (f"{cfg.num_hidden_layers} layers ({sliding} sliding over {cfg.sliding_window} tokens, "
+              f"{cfg.num_hidden_layers - sliding} full)" if sliding else f"{cfg.num_hidden_layers} layers (all full)")
+    return (f"{name}: {type(model).__name__}, {layers}, {cfg.num_key_value_heads} KV heads of {cfg.head_dim}, "
+            f"{sum(p.numel() for p in model.parameters()):,} parameters, {model.dtype}; licence "
+            f"{source.get('licence', 'not recorded')}")
+
+
+def plot_frontier(ax, table: list[dict], title: str, least: float | None = None):
+    """Accuracy (Wilson 95% bars) against bytes held, one point per setting, labels beside the points; `least`:
+    the smallest bytes share the x axis shows (panels side by side share it), default the table's."""
     import numpy as np
     colors = {"format": "#0072B2", "mechanism": "#E69F00", "press": "#009E73"}
     for r in table:
@@ -86,10 +112,10 @@ def plot_frontier(ax, table: list[dict], title: str):
     seen = dict(zip(lab, h))
     ax.legend(seen.values(), seen.keys(), loc="lower right", fontsize=8)
     ax.set_xscale("log", base=2)
-    shares = [r["bytes_share"] for r in table]
-    ticks = [2.0 ** k for k in range(int(np.floor(np.log2(min(shares)))), 1)]
+    lo = min(r["bytes_share"] for r in table) if least is None else least
+    ticks = [2.0 ** k for k in range(int(np.floor(np.log2(lo))), 1)]
     ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-    ax.set_xlim(min(shares) / 1.4, 1.4)
+    ax.set_xlim(lo / 1.4, 1.4)
     ax.set_ylim(-0.05, 1.1)
     ax.set_yticks(np.linspace(0, 1, 6))
     ax.grid(alpha=0.3)

@@ -96,13 +96,12 @@ def _end_ids(tokenizer, model) -> set[int]:
     return ids
 
 
-def generate_answer(model, tokenizer, cache, question_ids: list[int], answer, max_new_tokens: int,
-                    stop_when_right: bool = True) -> tuple[str, int]:
-    """Read the question through `cache` (holding the context) and generate greedily: (text, tokens generated)."""
+def greedy_ids(model, tokenizer, cache, question_ids: list[int], max_new_tokens: int, stop=None) -> list[int]:
+    """Read the question through `cache` (holding the context) and generate greedily: the new token ids, up to
+    the tokenizer's end of sequence (not included), `max_new_tokens`, or `stop(ids)` true after a token."""
     ends = _end_ids(tokenizer, model)
     ids = torch.tensor([question_ids], device=model.device)  # [1, Q]
     out: list[int] = []
-    text = ""
     with torch.no_grad(), math_attention_if_forced():
         for _ in range(max_new_tokens):
             logits = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1).logits  # [1, 1, V]
@@ -110,11 +109,19 @@ def generate_answer(model, tokenizer, cache, question_ids: list[int], answer, ma
             if nxt in ends:
                 break
             out.append(nxt)
-            text = tokenizer.decode(out, skip_special_tokens=True)
-            if stop_when_right and is_right(text, answer):
+            if stop is not None and stop(out):
                 break
             ids = torch.tensor([[nxt]], device=model.device)
-    return text, len(out)
+    return out
+
+
+def generate_answer(model, tokenizer, cache, question_ids: list[int], answer, max_new_tokens: int,
+                    stop_when_right: bool = True) -> tuple[str, int]:
+    """Read the question through `cache` (holding the context) and generate greedily: (text, tokens generated)."""
+    text = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)  # noqa: E731
+    out = greedy_ids(model, tokenizer, cache, question_ids, max_new_tokens,
+                     (lambda ids: is_right(text(ids), answer)) if stop_when_right else None)
+    return text(out), len(out)
 
 
 def _bytes_match(cache) -> bool | None:
