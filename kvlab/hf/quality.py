@@ -11,14 +11,14 @@ no other beats on both bytes and perplexity.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 
 import torch
 
 from ..checks import need_int, need_list
-from ..errors import KvlabError, ParameterError
+from ..errors import ParameterError
 from ..models import DATA_DIR
 from .evaluate import (PEERS, Pass, decode_rate, is_v41, peer_cache, question_start, run_pass, score_samples,
                        stack_layout, task_rounds,
@@ -151,32 +151,15 @@ def press_settings(presses=("snapkv keep 1/4",), kv_format: str = "bf16", dtype:
                    residual: int = 32) -> list[Setting]:
     """One setting per press and budget (kvlab.hf.presses), written 'snapkv keep 1/4', 'snapkv 1/4' or
     'snapkv=1/4': the budget a fraction of the context (1/4, 0.25) or a token count; K/V in `kv_format`, or in
-    the format a third word names ('snapkv keep 1/4 nvfp4': the press composed with that format; integer
-    formats KIVI-style with a residual of `residual` tokens, as the formats' own settings)."""
-    from fractions import Fraction as F
-
-    from ..formats import get_format
-    from .presses import make_plan
+    the format a third word names ('snapkv keep 1/4 nvfp4': the press composed with that format,
+    kvlab.hf.presses.Composed; integer formats KIVI-style with a residual of `residual` tokens, as the formats'
+    own settings)."""
+    from .presses import Composed
     out = []
     for spec in need_list("presses", presses, "a list of 'press keep budget' strings"):
-        parts = re.split(r"\s*=\s*|\s+keep\s+|\s+", spec.strip()) if isinstance(spec, str) else []
-        if len(parts) not in (2, 3):
-            raise ParameterError(f"press setting {spec!r}: write it as 'name keep budget [format]', e.g. "
-                                 "'snapkv keep 1/4' or 'snapkv keep 1/4 nvfp4'")
-        name, budget, fmt = (*parts, kv_format) if len(parts) == 2 else parts
-        try:
-            keep = F(budget)
-        except (ValueError, ZeroDivisionError):
-            raise ParameterError(f"press setting {spec!r}: the budget {budget!r} is not a number or fraction") from None
-        try:
-            get_format(fmt)
-        except KvlabError as e:
-            raise ParameterError(f"press setting {spec!r}: {e}") from None
-        keep = float(keep) if keep < 1 else int(keep)
-        make_plan(name, keep)  # checks the name and the budget now, before any model runs
-        label = f"{name} keep {budget}" + ("" if fmt == "bf16" else f" {fmt}")
-        out.append(Setting(label, "kvlab", dict(kv_format=fmt, press=name, keep=keep, dtype=dtype,
-                                                residual=kivi_residual(fmt, residual))))
+        c = Composed.parse(spec, kv_format)  # checks the name, the budget and the format now, before any model runs
+        c = replace(c, residual=kivi_residual(c.kv_format, residual))
+        out.append(Setting(c.label(), "kvlab", dict(c.cache_options(), dtype=dtype)))
     return out
 
 

@@ -30,7 +30,7 @@ from ...errors import ParameterError
 from ...layout import Layout, build_layout, check_tokens
 from ...quant import QuantizeError, quantize
 from ..mechanisms import KeyLayout, mechanism_layout, parse_mechanism, use_kvlab_attention
-from ..presses import PressPlan, PressRun, check_attention, layer_bytes, make_plan
+from ..presses import PressPlan, PressRun, check_attention, compose, layer_bytes
 from .family import check_family, hf_spec, layer_kinds, text_config
 from .layers import LAYERS
 
@@ -220,14 +220,16 @@ def make_cache(config_or_model, kv_format=None, k_format=None, v_format=None, re
     if dtype is None:
         dtype = model.dtype if model is not None else (getattr(text_config(config), "dtype", None) or torch.bfloat16)
         dtype = getattr(torch, str(dtype).replace("torch.", "")) if not isinstance(dtype, torch.dtype) else dtype
-    options = dict(kv_format=kv_format, k_format=k_format, v_format=v_format, residual=residual, block=block,
-                   key_axis=key_axis, value_axis=value_axis, per_layer=per_layer)
     plan = None
-    if press is not None:
-        plan = make_plan(press, keep, keep_bytes, press_mode, press_options)
+    if press is not None:  # the press composed with this cache's format (a Composed brings its own)
+        composed = compose(press, keep, keep_bytes, press_mode, press_options, kv_format, residual)
+        kv_format, residual = composed.kv_format, composed.residual
+        plan = composed.plan()
         plan.rotary = _rotary(model)
     elif keep is not None or keep_bytes is not None:
         raise ParameterError("keep / keep_bytes are a press's budget: give press=... too")
+    options = dict(kv_format=kv_format, k_format=k_format, v_format=v_format, residual=residual, block=block,
+                   key_axis=key_axis, value_axis=value_axis, per_layer=per_layer)
     cache = KvlabCache(config, options, dtype, mech, follow, plan)
     if model is not None and (not mech.dense or plan is not None):
         use_kvlab_attention(model)

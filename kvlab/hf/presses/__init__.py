@@ -1,7 +1,10 @@
 """Token-eviction presses for kvlab.hf's cache, one module each, registered here (kvpress's scorer + pruner).
 
-`make_plan("snapkv", keep=0.25)` gives the `PressPlan` `make_cache(model, press=..., keep=...)` builds;
-`PRESSES` maps names to classes; "adakv:knorm" / "chunkkv:knorm" name a wrapper's inner scorer.
+`PRESSES` maps names to classes, the one list of presses (the CLI's choices, notebook grids, the kvpress oracle's
+cases and the benchmarks read it); "adakv:knorm" / "chunkkv:knorm" name a wrapper's inner scorer. A press composes
+with a format through one type, `Composed` (kvlab.hf.presses.composed): `compose("snapkv", keep=0.25,
+kv_format="nvfp4")`, or `Composed.parse("snapkv keep 1/4 nvfp4")`; `make_cache(model, press=..., keep=...,
+kv_format=...)` builds one from its keywords, and `make_plan` gives its `PressPlan`.
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from ...errors import ParameterError
 from .adakv import AdaKV
 from .base import Budget, Press, PressInput, PressPlan, layer_bytes
 from .chunkkv import ChunkKV
+from .composed import SEQUENCE, Composed, refuse_sequence
 from .cur import CUR
 from .expected import ExpectedAttention
 from .h2o import H2O
@@ -48,6 +52,8 @@ def get_press(spec, **options) -> Press:
         return spec
     if not isinstance(spec, str):
         raise ParameterError(f"press must be a name such as 'snapkv', got {spec!r}")
+    if SEQUENCE in spec:
+        refuse_sequence(spec.split(SEQUENCE))
     outer, _, inner = spec.partition(":")
     name = _name(outer)
     cls = PRESSES[name]
@@ -67,17 +73,31 @@ def get_press(spec, **options) -> Press:
     return cls(**options)
 
 
-def make_plan(press, keep=None, keep_bytes=None, mode: str = "prefill", options: dict | None = None) -> PressPlan:
-    """A press with its budget and mode (validated before any model runs)."""
+def compose(press, keep=None, keep_bytes=None, mode: str = "prefill", options: dict | None = None,
+            kv_format: str | None = None, residual: int = 0) -> Composed:
+    """A press (a name, a Press, or a Composed as it is) with its budget and mode, composed with the format of the
+    cache it prunes (validated before any model runs)."""
+    if isinstance(press, Composed):
+        extra = [k for k, v in dict(keep=keep, keep_bytes=keep_bytes, options=options, kv_format=kv_format).items()
+                 if v is not None] + (["residual"] if residual else []) + (["mode"] if mode != "prefill" else [])
+        if extra:
+            raise ParameterError(f"press {press.label()!r} is composed with its own budget, format and mode; give "
+                                 f"it without {', '.join(extra)}")
+        return press
     if options is not None and not isinstance(options, dict):
         raise ParameterError(f"press_options must be a dict of the press's fields, got {options!r}")
     p = get_press(press, **dict(options or {}))
     if mode == "decode" and not p.decodes:
         raise ParameterError(f"press {p.name} compresses the context at prefill; decode-time eviction is defined for "
                              f"{', '.join(DECODING)}")
-    return PressPlan(p, Budget(keep, keep_bytes), mode)
+    return Composed(p, Budget(keep, keep_bytes), kv_format, residual, mode)
 
 
-__all__ = ["DECODING", "PRESSES", "Budget", "Press", "PressInput", "PressPlan", "PressRun", "check_attention",
-           "get_press",
-           "layer_bytes", "make_plan"]
+def make_plan(press, keep=None, keep_bytes=None, mode: str = "prefill", options: dict | None = None) -> PressPlan:
+    """A press with its budget and mode, for one cache (validated before any model runs); `press` may be a
+    `Composed`, which carries its own budget and mode."""
+    return compose(press, keep, keep_bytes, mode, options).plan()
+
+
+__all__ = ["DECODING", "PRESSES", "WRAPPERS", "Budget", "Composed", "Press", "PressInput", "PressPlan", "PressRun",
+           "check_attention", "compose", "get_press", "layer_bytes", "make_plan"]
