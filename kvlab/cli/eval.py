@@ -36,7 +36,7 @@ def _presses() -> tuple[list[str], list[str]]:
 
 
 def _toy_tasks() -> list[str]:
-    from ..train.tasks import TASKS
+    from ..toy.tasks import TASKS
     return list(TASKS)
 
 

@@ -217,7 +217,7 @@ def runner(model, setting: Setting, chunk: int):
     (its context, compressed once); growth() -> the layout's bytes per token once a pass has run (None: a peer)."""
     growth = None
     if is_v41(model):
-        from ..train.v41 import to_stack
+        from ..toy.v41 import to_stack
         f = setting.options.get("kv_format") or "bf16"
         roles = {r: f for r in ("main", "index", "swa")}
         stack = to_stack(model, roles)
@@ -364,11 +364,11 @@ def depth_grid(models: dict, settings: list[Setting], task: str, contexts: list[
                samples: int, chunk: int, seed: int = 0, batch: int = 32) -> list[DepthCell]:
     """Accuracy by context length x depth of the asked fact (RULER / needle-in-a-haystack plots), per model and
     setting: `samples` seeded samples per cell, each through a fresh cache. models maps a name to (model, encode);
-    the task must place its asked fact by a `depth` option (kvlab.train.tasks)."""
+    the task must place its asked fact by a `depth` option (kvlab.toy.tasks)."""
     import inspect
 
     from ..checks import need_int
-    from ..train.tasks import get_task
+    from ..toy.tasks import get_task
     t = get_task(task)
     if "depth" not in inspect.signature(t.generate).parameters:
         raise ParameterError(f"task {task!r} does not place its answer by depth; a depth grid needs one that does")
@@ -498,32 +498,6 @@ def load_models(paths: list[str], dtype: torch.dtype) -> dict:
         model, tok = load(p, dtype)
         out[Path(p).name if Path(p).is_dir() else p] = (model, encoder(tok, model.config.vocab_size))
     return out
-
-
-def training_record(path: str) -> dict:
-    """What a kvlab.train checkpoint says about its training (train_record.json), or {} for other models."""
-    import json
-    f = Path(path) / "train_record.json"
-    if not f.is_file():
-        return {}
-    r = json.loads(f.read_text())
-    final = r.get("final") or {}
-    cfg = r.get("config") or {}
-    return dict(current_recipe=current_recipe(cfg), steps=r.get("steps_run"), tokens=r.get("tokens"), parameters=r.get("parameters"),
-                heldout_loss=final.get("heldout_loss"), tasks=final.get("tasks") or {},
-                bf16=final.get(cfg.get("save_dtype", "bfloat16")) or {}, eval_samples=cfg.get("eval_samples"),
-                eval_length=cfg.get("eval_length"), wall_s=(r.get("volatile") or {}).get("wall_s"))
-
-
-def current_recipe(config: dict) -> bool | None:
-    """Whether a training record's config is today's recipe (kvlab.train.TrainConfig's defaults for its architecture
-    and size; the evaluation schedule aside), None for a record without one."""
-    if not config.get("arch"):
-        return None
-    from ..train.loop import TrainConfig
-    skip = ("eval_every", "device", "seed")
-    today = TrainConfig(arch=config["arch"], size=config.get("size", "tiny")).to_dict()
-    return all(config.get(k) == v for k, v in today.items() if k not in skip)
 
 
 def count_parameters(model) -> int:

@@ -19,15 +19,7 @@ from fractions import Fraction
 from ...checks import need_choice
 from ...errors import KvlabError, ParameterError
 from .base import MODES, Budget, Press, PressPlan
-
-SEQUENCE = "+"  # joins presses meant to act in sequence ('snapkv+knorm'), refused with one line
-
-
-def refuse_sequence(names) -> None:
-    """One clear line for two or more presses in sequence."""
-    raise ParameterError(f"presses {' + '.join(map(str, names))} in sequence: kvlab composes one press with a format "
-                         "(a cache's budget is resolved into one press's per-layer kept counts, PressPlan.resolve); "
-                         "give one press")
+from .registry import DECODING, SEQUENCE, get_press, refuse_sequence
 
 
 @dataclass(frozen=True)
@@ -58,7 +50,6 @@ class Composed:
         ('snapkv keep 1/4 nvfp4'; default `kv_format`): the budget a fraction of the context (1/4, 0.25) or a
         token count. 'snapkv+knorm keep 1/4' (two presses in sequence) is refused."""
         from ...formats import get_format
-        from . import get_press
         parts = re.split(r"\s*=\s*|\s+keep\s+|\s+", text.strip()) if isinstance(text, str) else []
         if len(parts) not in (2, 3):
             raise ParameterError(f"press setting {text!r}: write it as 'name keep budget [format]', e.g. "
@@ -92,3 +83,29 @@ class Composed:
             return self.name
         fmt = "" if self.kv_format in (None, "bf16") else f" {self.kv_format}"
         return f"{self.plan().label()}{fmt}"
+
+
+def compose(press, keep=None, keep_bytes=None, mode: str = "prefill", options: dict | None = None,
+            kv_format: str | None = None, residual: int = 0) -> Composed:
+    """A press (a name, a Press, or a Composed as it is) with its budget and mode, composed with the format of the
+    cache it prunes (validated before any model runs)."""
+    if isinstance(press, Composed):
+        extra = [k for k, v in dict(keep=keep, keep_bytes=keep_bytes, options=options, kv_format=kv_format).items()
+                 if v is not None] + (["residual"] if residual else []) + (["mode"] if mode != "prefill" else [])
+        if extra:
+            raise ParameterError(f"press {press.label()!r} is composed with its own budget, format and mode; give "
+                                 f"it without {', '.join(extra)}")
+        return press
+    if options is not None and not isinstance(options, dict):
+        raise ParameterError(f"press_options must be a dict of the press's fields, got {options!r}")
+    p = get_press(press, **dict(options or {}))
+    if mode == "decode" and not p.decodes:
+        raise ParameterError(f"press {p.name} compresses the context at prefill; decode-time eviction is defined for "
+                             f"{', '.join(DECODING)}")
+    return Composed(p, Budget(keep, keep_bytes), kv_format, residual, mode)
+
+
+def make_plan(press, keep=None, keep_bytes=None, mode: str = "prefill", options: dict | None = None) -> PressPlan:
+    """A press with its budget and mode, for one cache (validated before any model runs); `press` may be a
+    `Composed`, which carries its own budget and mode."""
+    return compose(press, keep, keep_bytes, mode, options).plan()
