@@ -1182,7 +1182,8 @@ from kvlab.hf import evaluate as hf_eval, make_cache, quality as hf_quality  # n
 from kvlab import layout  # noqa: E402
 from kvlab.serving import budget, checklist, parallel  # noqa: E402
 from kvlab.sim import analyze as sim_analyze, curves, tiering, traces  # noqa: E402
-from kvlab.train import data as train_data, loop as train_loop, models as train_models, tasks  # noqa: E402
+from kvlab.toy import data as train_data, tasks  # noqa: E402
+from kvlab.train import loop as train_loop, models as train_models  # noqa: E402
 
 
 def _hf_config():

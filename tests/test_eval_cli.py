@@ -16,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     from transformers import AutoModelForCausalLM, Qwen3Config
-    from kvlab.train.data import save_tokenizer
+    from kvlab.toy.data import save_tokenizer
     cfg = Qwen3Config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, head_dim=32, tie_word_embeddings=True,
                       bos_token_id=None, eos_token_id=None, pad_token_id=None)

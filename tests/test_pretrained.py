@@ -30,7 +30,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Dynami
 from gguf_tiny import write_tiny_gguf
 from kvlab.errors import ConfigError, UnknownModelError
 from kvlab.formats import list_formats
-from kvlab.hf import cache as hf_cache
+from kvlab.hf.cache import family as hf_cache  # where the supported model types are read
 from kvlab.hf import make_cache, pretrained
 from kvlab.hf.convert import ModelSourceError
 from kvlab.layout import build_layout, window_held

@@ -15,7 +15,7 @@ from kvlab.layout import build_layout
 from kvlab.train import checkpoint_dir, evaluate, load_corpus, load_record, retrain, train
 from kvlab.train.loop import TrainConfig, step_batch
 from kvlab.train.models import build_model, count_parameters
-from kvlab.train.v41 import KvlabV41ForCausalLM, plan_of, to_stack
+from kvlab.toy.v41 import KvlabV41ForCausalLM, plan_of, to_stack
 
 CHECKPOINTS = {"qwen3-tiny": ("dense", "Qwen3ForCausalLM"), "deepseek-v3-tiny": ("mla", "DeepseekV3ForCausalLM"),
                "kvlab-v41-tiny": ("v41", "KvlabV41ForCausalLM")}
@@ -54,7 +54,7 @@ from trained import AWAITING_RETRAIN  # noqa: E402  (checkpoints still on the ea
 
 def test_same_budget_for_every_model():
     """Every checkpoint on today's recipe shares one budget (architecture and evaluation schedule aside)."""
-    from kvlab.hf.quality import current_recipe
+    from kvlab.train.records import current_recipe
     recipes = [load_record(checkpoint_dir(n))[0] for n in CHECKPOINTS if n not in AWAITING_RETRAIN]
     # the architecture and the evaluation schedule (what is recorded, not what is trained) may differ
     budgets = {json.dumps({k: v for k, v in c.to_dict().items() if k not in ("arch", "eval_every")}, sort_keys=True)
@@ -66,7 +66,7 @@ def test_same_budget_for_every_model():
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=AWAITING_RETRAIN[n], strict=True))
                                   if n in AWAITING_RETRAIN else n for n in CHECKPOINTS])
 def test_every_checkpoint_is_on_todays_recipe(name):
-    from kvlab.hf.quality import current_recipe
+    from kvlab.train.records import current_recipe
     assert current_recipe(load_record(checkpoint_dir(name))[0].to_dict())
 
 
@@ -245,7 +245,7 @@ def test_long_rows_practise_short_copies_and_edge_needles():
     assert 150 < len(edge) < 250 and all(d <= 0.1 or d >= 0.9 for d in edge)
     assert any(d <= 0.1 for d in edge) and any(d >= 0.9 for d in edge)
     assert _edge(cfg, "niah", 1, 512) == {} and _edge(cfg, "recall", 1, 1024) == {} and _edge(base, "niah", 1, 4096) == {}
-    from kvlab.train import tasks as T
+    from kvlab.toy import tasks as T
     s = T.get_task("niah").training_sample(7, 1024, depth=0.0)
     assert s.text.startswith("The code ")  # the asked fact first; other needles elsewhere
 

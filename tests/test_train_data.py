@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from kvlab.errors import ParameterError
-from kvlab.train import data as D
-from kvlab.train import tasks as T
+from kvlab.toy import data as D
+from kvlab.toy import tasks as T
 
 
 @pytest.fixture(scope="module")

@@ -29,8 +29,14 @@ def _real_tasks() -> list[str]:
     return list(TASKS)
 
 
+def _presses() -> tuple[list[str], list[str]]:
+    """The registered presses (kvlab.hf.presses.PRESSES) and those defined as decode-time eviction too."""
+    from ..hf.presses import DECODING, PRESSES
+    return list(PRESSES), list(DECODING)
+
+
 def _toy_tasks() -> list[str]:
-    from ..train.tasks import TASKS
+    from ..toy.tasks import TASKS
     return list(TASKS)
 
 
@@ -50,16 +56,15 @@ def register(sub) -> None:
     p.add_argument("--mechanism", default=None,
                    help="window=W, topk=K, capped=BxS,topk=K, csa=M,topk=K,window=W or hca=M,window=W")
     p.add_argument("--press", default=None,
-                   help="token eviction on full-attention layers: streaming_llm, knorm, snapkv, tova, h2o, "
-                        "expected_attention, random, pyramidkv, adakv, keydiff, lagkv, chunkkv, cur "
-                        "(kvlab.hf.presses)")
+                   help=f"token eviction on full-attention layers: {', '.join(_presses()[0])} "
+                        "(kvlab.hf.presses; 'adakv:knorm' names a wrapper's inner scorer)")
     p.add_argument("--keep", type=keep_budget, default=None,
                    help="the press's budget: < 1 the fraction of the context's tokens kept, >= 1 a token count")
     p.add_argument("--keep-bytes", type=count("--keep-bytes", 1), default=None,
                    help="the press's budget as bytes the cache holds after compressing the context")
     p.add_argument("--press-mode", choices=("prefill", "decode"), default="prefill",
                    help="prefill: compress the context once (kvpress); decode: evict back to the budget after "
-                        "every forward (h2o, tova, streaming_llm)")
+                        f"every forward ({', '.join(_presses()[1])})")
     p.add_argument("--context", type=count("--context", 1), default=None,
                    help="with a press: tokens of each window prefilled as its context (default: half)")
     p.add_argument("--tokens", type=count("--tokens"), default=512, help="tokens per held-out window (and task "

@@ -16,7 +16,7 @@ def register(sub) -> None:
                    help="architectures: dense, mla, v41 (kvlab.train.models.ARCHS) or all (default all)")
     p.add_argument("--size", default="tiny",
                    help="size preset: tiny (1 CPU thread: 31 min dense, 44 min MLA, 75 min V4.1-like), small, base "
-                        "(kvlab.train.sizes.SIZES)")
+                        "(kvlab.toy.sizes.SIZES)")
     p.add_argument("--steps", type=count("--steps"), default=None,
                    help="optimizer steps (default: the recipe's, kvlab.train.TrainConfig.steps)")
     p.add_argument("--batch-tokens", type=count("--batch-tokens"), default=None,

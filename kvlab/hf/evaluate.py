@@ -4,7 +4,7 @@ Protocol. The text is fed in chunks of `chunk` tokens through one cache; each ch
 cache as it stands after storing that chunk (a kvlab cache returns what it holds, decoded, so the
 prefill attends to quantized keys too, as a serving engine's kernel does). Perplexity is exp(mean NLL)
 of every next token; a task's accuracy is the share of answers whose every token the model predicts
-greedily (teacher forced: kvlab.train.tasks). chunk = 1 is token-by-token decoding; a chunk no longer than
+greedily (teacher forced: kvlab.toy.tasks). chunk = 1 is token-by-token decoding; a chunk no longer than
 the residual keeps a KIVI-style residual close to its decode-time behaviour. The reference is the same
 model with transformers' BF16 `DynamicCache`. Bytes held are measured from the cache's tensors (storage
 bytes, each storage once), never taken from a format's size. Decode speed: greedy steps after a prefill,
@@ -113,11 +113,7 @@ def quiet():
 
 def _register_kvlab_models() -> None:
     """Make kvlab's own architectures (the V4.1-like stack, when installed) loadable by AutoModel."""
-    try:
-        import importlib
-        importlib.import_module("kvlab.train.v41")
-    except ImportError:
-        pass
+    from ..toy import v41  # noqa: F401  (registers model_type "kvlab_v41")
 
 
 def encoder(tokenizer, vocab_size: int) -> Callable[[str], list[int]]:
@@ -221,8 +217,8 @@ def score_samples(run, samples: list, encode, batch: int) -> tuple[int, int, lis
     """(answers right, answers, held bytes per pass, predicted bytes per pass, (right, answers) per sample in the
     given order) of task samples, `batch` samples of equal length per pass through a fresh cache; a press's
     context is everything before the batch's earliest question (`run(ids [B, T], prefill) -> Pass`)."""
-    from ..train.tasks import batch as render_batch
-    from ..train.tasks import score_predictions
+    from ..toy.tasks import batch as render_batch
+    from ..toy.tasks import score_predictions
     held, pred, per = [], [], {}
     by_len = {}
     for k, smp in enumerate(samples):
@@ -257,7 +253,7 @@ def task_rounds(run, task: str, seed: int, tokens: int, encode, samples: int, ba
     `halfwidth` more in rounds of `batch` until the accuracy's Wilson 95% interval is at most that wide on each
     side (or `max_samples` are drawn). The one sampling rule of notebook 08 (kvlab.hf.quality.measure) and
     `kvlab eval`, so a setting, seed and sample count give one accuracy in both."""
-    from ..train.tasks import get_task
+    from ..toy.tasks import get_task
     stream = get_task(task)
     cap = max(samples, max_samples or samples) if halfwidth else samples
     right = total = drawn = 0
@@ -280,8 +276,8 @@ def perplexity(p: Pass) -> float:
 
 
 def task_accuracy(model, samples, encode, make: Callable[[], object], chunk: int) -> float:
-    """Share of answers right (kvlab.train.tasks' scorer) over samples, each through a fresh cache."""
-    from ..train.tasks import render, score_predictions
+    """Share of answers right (kvlab.toy.tasks' scorer) over samples, each through a fresh cache."""
+    from ..toy.tasks import render, score_predictions
     right = total = 0
     for s in samples:
         ids, labels = render(s, encode)
@@ -367,7 +363,7 @@ class EvalResult:
 def text_windows(encode, length: int, n: int, seed: int) -> torch.Tensor:
     """`n` windows of `length` tokens of kvlab's held-out text at seeded offsets: ids [n, length]."""
     length, n = need_int("length", length, 1), need_int("n", n, 1)
-    from ..train.data import load_corpus
+    from ..toy.data import load_corpus
     corpus = load_corpus()
     g = torch.Generator().manual_seed(seed)
     text = corpus.text("heldout")
@@ -382,7 +378,7 @@ def text_windows(encode, length: int, n: int, seed: int) -> torch.Tensor:
 
 
 def is_v41(model) -> bool:
-    """kvlab's V4.1-like model (kvlab.train.v41): its cache is its own Stack's, not a transformers cache."""
+    """kvlab's V4.1-like model (kvlab.toy.v41): its cache is its own Stack's, not a transformers cache."""
     return getattr(model.config, "model_type", None) == "kvlab_v41"
 
 
@@ -397,7 +393,7 @@ def stack_pass(model, ids: torch.Tensor, formats: dict, chunk: int, stack=None) 
     """`run_pass` for the V4.1-like model: its trained weights in a kvlab.attention Stack whose packed stores
     hold compressed entries, index keys and the window in `formats` (role -> format), fed in chunks. The
     prediction is kvlab.layout's when every role takes one format."""
-    from ..train.v41 import to_stack
+    from ..toy.v41 import to_stack
     stack = stack or to_stack(model, formats)
     stack.reset()
     nll, preds = 0.0, []
@@ -416,8 +412,8 @@ def stack_pass(model, ids: torch.Tensor, formats: dict, chunk: int, stack=None) 
 
 def heldout_ids(encode, tokens: int) -> tuple[torch.Tensor, str]:
     """The first `tokens` tokens of kvlab's held-out text (standard library documents no trained model saw;
-    kvlab.train.data): (ids [1, tokens], where the text comes from)."""
-    from ..train.data import load_corpus
+    kvlab.toy.data): (ids [1, tokens], where the text comes from)."""
+    from ..toy.data import load_corpus
     c = load_corpus()
     ids = encode(c.text("heldout", max_bytes=8 * tokens + 4096))  # a few bytes per token is plenty
     if len(ids) < tokens:
@@ -490,7 +486,7 @@ def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: 
     if task_tokens is not None:
         need_int("task_tokens", task_tokens, 2)
     if task is not None:
-        from ..train.tasks import get_task
+        from ..toy.tasks import get_task
         get_task(task)
     dev = resolve_device(device)
     if model is None:
@@ -502,7 +498,7 @@ def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: 
             raise ParameterError("the V4.1-like model compresses and selects with its own trained modules: it takes "
                                  "one --kv-format for its stores, not mechanisms, residuals or separate K/V formats")
         from ..formats import get_format
-        from ..train.v41 import to_stack
+        from ..toy.v41 import to_stack
         fmt = get_format(kv_format or "bf16").name
         stacks = {f: to_stack(model, {r: f for r in ("main", "index", "swa")}) for f in dict.fromkeys((fmt, "bf16"))}
 

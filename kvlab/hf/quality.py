@@ -11,14 +11,14 @@ no other beats on both bytes and perplexity.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 
 import torch
 
 from ..checks import need_int, need_list
-from ..errors import KvlabError, ParameterError
+from ..errors import ParameterError
 from ..models import DATA_DIR
 from .evaluate import (PEERS, Pass, decode_rate, is_v41, peer_cache, question_start, run_pass, score_samples,
                        stack_layout, task_rounds,
@@ -151,32 +151,15 @@ def press_settings(presses=("snapkv keep 1/4",), kv_format: str = "bf16", dtype:
                    residual: int = 32) -> list[Setting]:
     """One setting per press and budget (kvlab.hf.presses), written 'snapkv keep 1/4', 'snapkv 1/4' or
     'snapkv=1/4': the budget a fraction of the context (1/4, 0.25) or a token count; K/V in `kv_format`, or in
-    the format a third word names ('snapkv keep 1/4 nvfp4': the press composed with that format; integer
-    formats KIVI-style with a residual of `residual` tokens, as the formats' own settings)."""
-    from fractions import Fraction as F
-
-    from ..formats import get_format
-    from .presses import make_plan
+    the format a third word names ('snapkv keep 1/4 nvfp4': the press composed with that format,
+    kvlab.hf.presses.Composed; integer formats KIVI-style with a residual of `residual` tokens, as the formats'
+    own settings)."""
+    from .presses import Composed
     out = []
     for spec in need_list("presses", presses, "a list of 'press keep budget' strings"):
-        parts = re.split(r"\s*=\s*|\s+keep\s+|\s+", spec.strip()) if isinstance(spec, str) else []
-        if len(parts) not in (2, 3):
-            raise ParameterError(f"press setting {spec!r}: write it as 'name keep budget [format]', e.g. "
-                                 "'snapkv keep 1/4' or 'snapkv keep 1/4 nvfp4'")
-        name, budget, fmt = (*parts, kv_format) if len(parts) == 2 else parts
-        try:
-            keep = F(budget)
-        except (ValueError, ZeroDivisionError):
-            raise ParameterError(f"press setting {spec!r}: the budget {budget!r} is not a number or fraction") from None
-        try:
-            get_format(fmt)
-        except KvlabError as e:
-            raise ParameterError(f"press setting {spec!r}: {e}") from None
-        keep = float(keep) if keep < 1 else int(keep)
-        make_plan(name, keep)  # checks the name and the budget now, before any model runs
-        label = f"{name} keep {budget}" + ("" if fmt == "bf16" else f" {fmt}")
-        out.append(Setting(label, "kvlab", dict(kv_format=fmt, press=name, keep=keep, dtype=dtype,
-                                                residual=kivi_residual(fmt, residual))))
+        c = Composed.parse(spec, kv_format)  # checks the name, the budget and the format now, before any model runs
+        c = replace(c, residual=kivi_residual(c.kv_format, residual))
+        out.append(Setting(c.label(), "kvlab", dict(c.cache_options(), dtype=dtype)))
     return out
 
 
@@ -234,7 +217,7 @@ def runner(model, setting: Setting, chunk: int):
     (its context, compressed once); growth() -> the layout's bytes per token once a pass has run (None: a peer)."""
     growth = None
     if is_v41(model):
-        from ..train.v41 import to_stack
+        from ..toy.v41 import to_stack
         f = setting.options.get("kv_format") or "bf16"
         roles = {r: f for r in ("main", "index", "swa")}
         stack = to_stack(model, roles)
@@ -381,11 +364,11 @@ def depth_grid(models: dict, settings: list[Setting], task: str, contexts: list[
                samples: int, chunk: int, seed: int = 0, batch: int = 32) -> list[DepthCell]:
     """Accuracy by context length x depth of the asked fact (RULER / needle-in-a-haystack plots), per model and
     setting: `samples` seeded samples per cell, each through a fresh cache. models maps a name to (model, encode);
-    the task must place its asked fact by a `depth` option (kvlab.train.tasks)."""
+    the task must place its asked fact by a `depth` option (kvlab.toy.tasks)."""
     import inspect
 
     from ..checks import need_int
-    from ..train.tasks import get_task
+    from ..toy.tasks import get_task
     t = get_task(task)
     if "depth" not in inspect.signature(t.generate).parameters:
         raise ParameterError(f"task {task!r} does not place its answer by depth; a depth grid needs one that does")
@@ -515,32 +498,6 @@ def load_models(paths: list[str], dtype: torch.dtype) -> dict:
         model, tok = load(p, dtype)
         out[Path(p).name if Path(p).is_dir() else p] = (model, encoder(tok, model.config.vocab_size))
     return out
-
-
-def training_record(path: str) -> dict:
-    """What a kvlab.train checkpoint says about its training (train_record.json), or {} for other models."""
-    import json
-    f = Path(path) / "train_record.json"
-    if not f.is_file():
-        return {}
-    r = json.loads(f.read_text())
-    final = r.get("final") or {}
-    cfg = r.get("config") or {}
-    return dict(current_recipe=current_recipe(cfg), steps=r.get("steps_run"), tokens=r.get("tokens"), parameters=r.get("parameters"),
-                heldout_loss=final.get("heldout_loss"), tasks=final.get("tasks") or {},
-                bf16=final.get(cfg.get("save_dtype", "bfloat16")) or {}, eval_samples=cfg.get("eval_samples"),
-                eval_length=cfg.get("eval_length"), wall_s=(r.get("volatile") or {}).get("wall_s"))
-
-
-def current_recipe(config: dict) -> bool | None:
-    """Whether a training record's config is today's recipe (kvlab.train.TrainConfig's defaults for its architecture
-    and size; the evaluation schedule aside), None for a record without one."""
-    if not config.get("arch"):
-        return None
-    from ..train.loop import TrainConfig
-    skip = ("eval_every", "device", "seed")
-    today = TrainConfig(arch=config["arch"], size=config.get("size", "tiny")).to_dict()
-    return all(config.get(k) == v for k, v in today.items() if k not in skip)
 
 
 def count_parameters(model) -> int:

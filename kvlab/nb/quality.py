@@ -28,7 +28,7 @@ class QualityParams(NotebookParams):
     longer: list  # labels of the settings also measured at the contexts after the first ('*': all)
     peers: list  # transformers QuantizedCache backends
     contexts: list  # tokens per held-out window and task sample
-    task: str  # kvlab.train.tasks name
+    task: str  # kvlab.toy.tasks name
     samples: int  # task samples per (model, setting, context): the least, with halfwidth
     halfwidth: float  # more samples, in rounds of `batch`, until each Wilson 95% interval is this narrow (0: off)
     windows: int  # held-out windows per context
@@ -69,7 +69,7 @@ class QualityParams(NotebookParams):
         self.need_ints("contexts", 16)
         self.need_ints("heatmap_contexts", 64)
         with quiet():  # kvlab.train registers its model with transformers: imports that log timestamps
-            from ..train.tasks import TASKS
+            from ..toy.tasks import TASKS
         self.need_choice("task", TASKS)
         self.need_int("residual", 0)
         self.need_int("depth_samples", 0)

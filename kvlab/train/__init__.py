@@ -30,13 +30,13 @@ Load a checkpoint the way any transformers model loads (after `import kvlab.trai
     AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32); AutoTokenizer.from_pretrained(path)
 Its KV bytes: `kvlab bytes PATH` (kvlab.layout reads its config.json).
 """
-from . import v41  # noqa: F401  (registers model_type "kvlab_v41" with transformers' Auto classes)
-from .data import ByteTokenizer, Corpus, load_corpus, save_tokenizer
+from ..toy import v41  # noqa: F401  (registers model_type "kvlab_v41" with transformers' Auto classes)
+from ..toy.data import ByteTokenizer, Corpus, load_corpus, save_tokenizer
 from .loop import Result, TrainConfig, evaluate, load_record, retrain, save, train
 from .models import ARCHS, build_model, make_config
 from .probe import CopyProbe, copy_probe, copy_rows
-from .sizes import SIZES
-from .tasks import TASKS, Sample, batch, get_task, render, score, score_predictions
+from ..toy.sizes import SIZES
+from ..toy.tasks import TASKS, Sample, batch, get_task, render, score, score_predictions
 
 CHECKPOINTS = "data/checkpoints"  # relative to the repository root (kvlab.models.DATA_DIR / "checkpoints")
 

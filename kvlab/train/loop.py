@@ -34,11 +34,11 @@ import torch.nn.functional as F
 
 from ..checks import need_choice, need_int, need_number
 from ..errors import ParameterError
-from . import tasks as T
-from .data import load_corpus, save_tokenizer
+from ..toy import tasks as T
+from ..toy.data import load_corpus, save_tokenizer
+from ..toy.sizes import SIZES
 from .models import ARCHS, NAMES, build_model, count_parameters
 from .probe import copy_probe, copy_rows
-from .sizes import SIZES
 
 CURVE_FILE = "loss_curve.json"
 RECORD_FILE = "train_record.json"

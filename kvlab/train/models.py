@@ -4,10 +4,10 @@
   mla    transformers' DeepSeek-V3 (DeepseekV3Config / DeepseekV3ForCausalLM): multi-head latent attention
          with the decoupled RoPE key; every layer's MLP dense (first_k_dense_replace = layers: no MoE, which
          changes no cached byte), no MTP module
-  v41    kvlab's DeepSeek V4.1-like stack (kvlab.train.v41: registered with AutoConfig / AutoModelForCausalLM
+  v41    kvlab's DeepSeek V4.1-like stack (kvlab.toy.v41: registered with AutoConfig / AutoModelForCausalLM
          under model_type "kvlab_v41")
 
-Each is built at one of the named size presets of kvlab.train.sizes: "tiny" trains in 31 min (dense), 44 min (MLA)
+Each is built at one of the named size presets of kvlab.toy.sizes: "tiny" trains in 31 min (dense), 44 min (MLA)
 and 75 min (V4.1-like) on one CPU thread, "small" and "base" are for a GPU. Every preset keeps the architectures close in
 parameters, so bytes per token is what mostly differs.
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 
 from ..checks import need_choice, need_int
-from .data import VOCAB
-from .sizes import Size, get_size
+from ..toy.data import VOCAB
+from ..toy.sizes import Size, get_size
 
 ARCHS = ("dense", "mla", "v41")
 NAMES = {"dense": "qwen3", "mla": "deepseek-v3", "v41": "kvlab-v41"}  # checkpoint name stems: <stem>-<size>
@@ -55,7 +55,7 @@ def make_config(arch: str, size: str | Size = "tiny", vocab: int = VOCAB):
         return dense_config(size, vocab)
     if arch == "mla":
         return mla_config(size, vocab)
-    from .v41 import v41_config
+    from ..toy.v41 import v41_config
     return v41_config(size, vocab)
 
 

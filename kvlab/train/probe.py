@@ -113,11 +113,11 @@ class CopyProbe:
 def copy_probe(model, seed: int = 0, n: int = 8, length: int = 256, corpus=None, skip: int = 2,
                device: str | torch.device = "cpu", batch: int = 8) -> CopyProbe:
     """Run the probe on a causal LM (anything returning `.logits` [B, T, V] for `input_ids`), on held-out text of
-    `corpus` (default: kvlab.train.data.load_corpus())."""
+    `corpus` (default: kvlab.toy.data.load_corpus())."""
     need_int("length", length, 16)
     need_int("skip", skip, 1)
     if corpus is None:
-        from .data import load_corpus
+        from ..toy.data import load_corpus
         corpus = load_corpus()
     ids, plans = copy_rows(corpus, "heldout", seed, n, length)
     if skip >= min(p.length for p in plans):

@@ -361,7 +361,7 @@ def to_stack(model: KvlabV41ForCausalLM, formats: dict | None = None) -> Stack:
 
 
 def v41_config(size="tiny", vocab: int = 256) -> KvlabV41Config:
-    """The V4.1-like config at a size preset (kvlab.train.sizes.SIZES)."""
+    """The V4.1-like config at a size preset (kvlab.toy.sizes.SIZES)."""
     s = get_size(size)
     layers = {"tiny": 6}.get(size if isinstance(size, str) else "", max(6, s.layers))
     return KvlabV41Config(vocab_size=vocab, hidden_size=s.hidden, intermediate_size=s.intermediate // 3,

@@ -1,4 +1,4 @@
-"""Size presets shared by every architecture kvlab trains (kvlab.train.models, kvlab.train.v41).
+"""Size presets shared by every architecture kvlab trains (kvlab.train.models, kvlab.toy.v41).
 
 `SIZES` holds named presets: "tiny" trains in minutes on 2 CPU cores, "small" and "base" are for a GPU.
 Every preset keeps the architectures close in parameters, so bytes per token is what mostly differs.
