@@ -215,7 +215,7 @@ def test_notebook_10_takes_a_list_of_models(gemma):
 def test_presses_rotate_with_the_full_layers_rope(gemma):
     """Gemma 3 has one RoPE per layer type (theta 1e6 on full layers, 1e4 on sliding ones): a press that rotates
     query statistics (expected_attention) gets the full layers' one, where it acts."""
-    from kvlab.hf.cache import _rotary
+    from kvlab.hf.cache.cache import _rotary
     model, _ = gemma
     x, pos = torch.zeros(1, 4, 3, 256), torch.arange(600, 603)[None]
     cos, sin = _rotary(model)(x, pos)
