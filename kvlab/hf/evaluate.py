@@ -30,6 +30,7 @@ import torch
 from ..cache.memory import storage_bytes
 from ..checks import need_int
 from ..errors import KvlabError, ParameterError
+from ..stats import accuracy_interval
 from .kernelset import math_attention_if_forced
 
 
@@ -206,13 +207,6 @@ def question_start(sample, encode) -> int:
     return len(encode(head[:head.rfind("\n") + 1])) if "\n" in head else len(encode(head))
 
 
-def _halfwidth(right: int, n: int) -> float:
-    """The wider side of an accuracy's Wilson 95% interval."""
-    from ..stats import accuracy_interval
-    iv = accuracy_interval(right, n)
-    return max(iv.value - iv.low, iv.high - iv.value)
-
-
 def score_samples(run, samples: list, encode, batch: int) -> tuple[int, int, list, list, list]:
     """(answers right, answers, held bytes per pass, predicted bytes per pass, (right, answers) per sample in the
     given order) of task samples, `batch` samples of equal length per pass through a fresh cache; a press's
@@ -249,7 +243,7 @@ class TaskCounts:
 
 def task_rounds(run, task: str, seed: int, tokens: int, encode, samples: int, batch: int,
                 halfwidth: float = 0.0, max_samples: int | None = None) -> TaskCounts:
-    """A checkpoint task's samples of `tokens` tokens, seeds seed * 1_000_003 + i: `samples` of them, or with
+    """A checkpoint task's seeded sample stream (Task.samples) of `tokens` tokens: `samples` of them, or with
     `halfwidth` more in rounds of `batch` until the accuracy's Wilson 95% interval is at most that wide on each
     side (or `max_samples` are drawn). The one sampling rule of notebook 08 (kvlab.hf.quality.measure) and
     `kvlab eval`, so a setting, seed and sample count give one accuracy in both."""
@@ -260,31 +254,19 @@ def task_rounds(run, task: str, seed: int, tokens: int, encode, samples: int, ba
     held, pred, per_sample = [], [], []
     while drawn < cap:
         k = min(batch, cap - drawn) if halfwidth else cap
-        new = [stream.generate(seed * 1_000_003 + drawn + j, tokens) for j in range(k)]
+        new = stream.samples(seed, k, tokens, start=drawn)
         r, n, h, q, per = score_samples(run, new, encode, batch)
         right, total, drawn = right + r, total + n, drawn + k
         per_sample += per
         held += h
         pred += q
-        if not halfwidth or (drawn >= samples and total and _halfwidth(right, total) <= halfwidth):
+        if not halfwidth or (drawn >= samples and total and accuracy_interval(right, total).halfwidth <= halfwidth):
             break
     return TaskCounts(right, total, drawn, held, pred, per_sample)
 
 
 def perplexity(p: Pass) -> float:
     return math.exp(p.nll / p.scored)
-
-
-def task_accuracy(model, samples, encode, make: Callable[[], object], chunk: int) -> float:
-    """Share of answers right (kvlab.toy.tasks' scorer) over samples, each through a fresh cache."""
-    from ..toy.tasks import render, score_predictions
-    right = total = 0
-    for s in samples:
-        ids, labels = render(s, encode)
-        p = run_pass(model, ids[None], make(), chunk)
-        r, n = score_predictions(p.predictions, labels[None])
-        right, total = right + r, total + n
-    return right / total if total else float("nan")
 
 
 def decode_rate(model, make: Callable[[], object], ids: torch.Tensor, prompt: int, steps: int,
@@ -463,7 +445,7 @@ def evaluate(name: str, kv_format=None, k_format=None, v_format=None, residual: 
     dtype: the model's compute dtype when `model` is not given (notebook 08 computes its checkpoints in float32)."""
     from ..cache.memory import resolve_device
     from ..layout import kv_plan
-    from ..stats import accuracy_interval, bootstrap_perplexity, paired_bootstrap
+    from ..stats import bootstrap_perplexity, paired_bootstrap
     from .cache import make_cache
     from .mechanisms import parse_mechanism
     kv_plan(kv_format, k_format, v_format, residual, block)

@@ -23,6 +23,7 @@ import torch
 
 from ..checks import need_choice, need_int, need_number
 from ..errors import ParameterError
+from ..stats import accuracy_interval
 from ..hf.context import prefill
 from ..hf.evaluate import held_bytes
 from ..hf.kernelset import math_attention_if_forced
@@ -188,12 +189,6 @@ def evaluate(model, tokenizer, samples: list[Sample], settings: list[Setting], p
     return scores
 
 
-def _halfwidth(right: int, n: int) -> float:
-    from ..stats import accuracy_interval
-    iv = accuracy_interval(right, n)
-    return max(iv.value - iv.low, iv.high - iv.value)
-
-
 @dataclass
 class TaskRun:
     """A task's samples drawn in seeded rounds and every setting's scores on them."""
@@ -229,6 +224,6 @@ def evaluate_task(model, tokenizer, task: str, tokens: int, settings: list[Setti
         evaluate(model, tokenizer, new, settings, protocol, max_new_tokens, progress=progress, scores=run.scores)
         run.samples += new
         if len(run.samples) >= samples and (halfwidth is None or all(
-                _halfwidth(s.right, s.n) <= halfwidth for s in run.scores.values())):
+                accuracy_interval(s.right, s.n).halfwidth <= halfwidth for s in run.scores.values())):
             break
     return run

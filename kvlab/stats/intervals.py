@@ -33,6 +33,11 @@ class Interval:
     def covers_zero(self) -> bool:
         return self.low <= 0.0 <= self.high
 
+    @property
+    def halfwidth(self) -> float:
+        """The wider side of the interval around the estimate (what a sample count is grown to bound)."""
+        return max(self.value - self.low, self.high - self.value)
+
     def pair(self) -> list[float]:
         return [self.low, self.high]
 

@@ -311,10 +311,11 @@ class Task:
         drawn = self.curriculum(random.Random(f"{self.name}-curriculum:{seed}"), length)
         return self.generate(seed, length, **{**drawn, **options})
 
-    def samples(self, seed: int, n: int, length: int, **options) -> list[Sample]:
-        """`n` samples with seeds seed * 1_000_003 + i (one stream per seed)."""
+    def samples(self, seed: int, n: int, length: int, start: int = 0, **options) -> list[Sample]:
+        """`n` samples with seeds seed * 1_000_003 + i for i from `start` (one stream per seed)."""
         need_int("n", n, 1)
-        return [self.generate(seed * 1_000_003 + i, length, **options) for i in range(n)]
+        need_int("start", start, 0)
+        return [self.generate(seed * 1_000_003 + i, length, **options) for i in range(start, start + n)]
 
 
 def _mqar_pairs(length: int, key_len: int = 1, value_len: int = 1) -> int:
