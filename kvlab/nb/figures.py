@@ -84,18 +84,6 @@ FIGURES = [
            "vLLM lays it out (unpadded, page-padded)",
            lambda r: f"{_n(r['bytes_per_token'])} B against {_n(min(r['baseline_bytes_per_token'].values()))} to "
                      f"{_n(max(r['baseline_bytes_per_token'].values()))} B"),
-    Figure("frontier", "08", "memory / quality frontier",
-           "Memory against quality on the small models trained here to retrieve: needle-in-a-haystack accuracy "
-           "(Wilson 95%) and perplexity change against BF16 (paired bootstrap 95%) against the bytes each format, "
-           "window, pooling and eviction press really holds, at 1,024 and 2,048 tokens",
-           lambda r: "BF16 niah accuracy " + ", ".join(
-               f"{k.split('|')[0]} {v:.2f} at {k.split('|')[2]}" for k, v in r["accuracy"].items()
-               if k.split("|")[1] == "bf16") + "; costing nothing measurable: " + (
-               ", ".join(k.replace("|", " ", 1).rsplit("|", 1)[0] + f" @{k.rsplit('|', 1)[1]}"
-                         for k in r["costs_nothing_measurable"]) or "none")
-           + _fewest(r)
-           + ("; every kvlab cache held exactly the bytes kvlab predicts" if r["held_equals_predicted"] is True
-              else "; held bytes differ from kvlab's prediction")),
     Figure("real-frontier", "10", "plot_frontier(",
            "Memory against quality on real pretrained models, offline: SmolLM2-135M (every layer full attention) "
            "beside Gemma-3-270M (5 of every 6 layers sliding over 512 tokens): accuracy on RULER's single needle at "
@@ -108,6 +96,18 @@ FIGURES = [
                f"{m}: " + ", ".join(f"{k.split('|')[1]} {v}" for k, v in r["quarter_bytes_verdicts"].items()
                                    if k.split("|")[0] == m)
                for m in dict.fromkeys(k.split("|")[0] for k in r["quarter_bytes_verdicts"]))),
+    Figure("frontier", "08", "memory / quality frontier",
+           "Memory against quality on the small models trained here to retrieve: needle-in-a-haystack accuracy "
+           "(Wilson 95%) and perplexity change against BF16 (paired bootstrap 95%) against the bytes each format, "
+           "window, pooling and eviction press really holds, at 1,024 and 2,048 tokens",
+           lambda r: "BF16 niah accuracy " + ", ".join(
+               f"{k.split('|')[0]} {v:.2f} at {k.split('|')[2]}" for k, v in r["accuracy"].items()
+               if k.split("|")[1] == "bf16") + "; costing nothing measurable: " + (
+               ", ".join(k.replace("|", " ", 1).rsplit("|", 1)[0] + f" @{k.rsplit('|', 1)[1]}"
+                         for k in r["costs_nothing_measurable"]) or "none")
+           + _fewest(r)
+           + ("; every kvlab cache held exactly the bytes kvlab predicts" if r["held_equals_predicted"] is True
+              else "; held bytes differ from kvlab's prediction")),
     Figure("needle-heatmap", "08", "needle_heatmap(",
            "Needle-in-a-haystack accuracy by context length and needle depth, per setting, measured on the dense "
            "model (1,024 tokens is its training length)",
