@@ -4,7 +4,9 @@ kvpress's own presses in its own venv (.venv-kvpress: kvpress pins transformers 
     .venv-kvpress/bin/python tests/kvpress_oracle.py CHECKPOINT OUT.json [INPUTS.json]
 
 INPUTS.json, when given, replaces the texts and budgets: {"ids": [[token ids], ...], "keeps": [0.25, ...]} (a real
-model's tokenized context, as tests/test_kvpress_oracle.py writes it for SmolLM2-135M). For every case (press, options, keep) and text, it prefills the context through kvpress's press (its forward
+model's tokenized context, as tests/test_kvpress_oracle.py writes it for SmolLM2-135M), and optionally "dtype"
+("float32", the default, or "bfloat16": the model's weights and cache, as kvpress's pipeline runs it) and "presses"
+(kvlab press names: only these cases). For every case (press, options, keep) and text, it prefills the context through kvpress's press (its forward
 hooks) into a DynamicCache and reads back the kept positions per layer and KV head by matching each compressed
 key row to the uncompressed cache's rows (kvpress keeps them in score order: sets, not sequences; AdaKV keeps
 every row and masks: its `masked_key_indices`), and the scores its scorer gave (for ties at the cutoff).
@@ -77,16 +79,20 @@ def run(checkpoint: str, inputs: dict | None = None) -> dict:
     logging.disable_progress_bar()
     logging.set_verbosity_error()
     torch.manual_seed(0)
-    models = {impl: AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32,
+    inputs = inputs or {}
+    dtype = getattr(torch, inputs.get("dtype", "float32"))
+    cases = {k: v for k, v in CASES.items() if k in inputs.get("presses", CASES)}
+    models = {impl: AutoModelForCausalLM.from_pretrained(checkpoint, dtype=dtype,
                                                          attn_implementation=impl).eval()
-              for impl in ("sdpa", "eager")}
+              for impl in sorted({c[2] for c in cases.values()})}
     out = {"kvpress": kvpress.__version__ if hasattr(kvpress, "__version__") else "0.5.5",
-           "transformers": __import__("transformers").__version__, "torch": torch.__version__, "cases": []}
-    texts = [torch.tensor(t)[None] for t in inputs["ids"]] if inputs else [ids(t) for t in TEXTS]  # [1, T] each
-    keeps = inputs["keeps"] if inputs else KEEPS
+           "transformers": __import__("transformers").__version__, "torch": torch.__version__, "dtype": str(dtype),
+           "cases": []}
+    texts = [torch.tensor(t)[None] for t in inputs["ids"]] if "ids" in inputs else [ids(t) for t in TEXTS]  # [1, T]
+    keeps = inputs.get("keeps", KEEPS)
     for ti, x in enumerate(texts):
         fulls = {}
-        for name, (cls, opts, impl) in CASES.items():
+        for name, (cls, opts, impl) in cases.items():
             model = models[impl]
             if impl not in fulls:
                 with torch.no_grad():
