@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 
 # Fixed texts, fed as bytes (the checkpoint is byte-level): code and prose, 512 tokens each.
 TEXTS = [
@@ -70,6 +71,35 @@ def kept_rows(full, comp):
     return d.argmin(-1).sort(-1).values.tolist(), float(d.min(-1).values.max())
 
 
+def full_layers(model) -> list[int]:
+    """The layers a press acts on: every layer, or on Gemma 3 the full-attention ones (kvpress 0.5.5's rule for
+    Gemma3ForConditionalGeneration in BasePress.__call__, presses/base_press.py, applied to Gemma3ForCausalLM too)."""
+    layers = model.model.layers
+    return [i for i, layer in enumerate(layers) if not getattr(layer.self_attn, "is_sliding", False)]
+
+
+@contextmanager
+def hooked(press, model):
+    """`with press(model)`, except that on Gemma 3 (Gemma3ForCausalLM, which kvpress 0.5.5 hooks on every layer as
+    "not tested") the sliding-window layers are skipped as kvpress's own __call__ skips them for
+    Gemma3ForConditionalGeneration: the same post_init, rotary_emb and forward hook, on the full layers only."""
+    if getattr(model.config, "model_type", "") != "gemma3_text":
+        with press(model):
+            yield
+        return
+    press.post_init_from_model(model)
+    hooks = []
+    try:
+        for i in full_layers(model):
+            attn = model.model.layers[i].self_attn
+            attn.rotary_emb = model.model.rotary_emb
+            hooks.append(attn.register_forward_hook(press.forward_hook, with_kwargs=True))
+        yield
+    finally:
+        for h in hooks:
+            h.remove()
+
+
 def run(checkpoint: str, inputs: dict | None = None) -> dict:
     """Every case on every text (or `inputs`' token ids) and budget, in float32."""
     import torch
@@ -117,10 +147,18 @@ def run(checkpoint: str, inputs: dict | None = None) -> dict:
                     return s
                 scorer.score = wrapped
                 cache = DynamicCache()
-                with torch.no_grad(), press(model):
-                    model(x, past_key_values=cache, use_cache=True)
-                layers, far = [], 0.0
+                try:
+                    with torch.no_grad(), hooked(press, model):
+                        model(x, past_key_values=cache, use_cache=True)
+                except Exception as e:  # kvpress itself fails on this model: recorded, not compared
+                    out["cases"].append(dict(press=name, text=ti, keep=keep, options=opts, attn=impl,
+                                             error=f"{type(e).__name__}: {str(e).splitlines()[0]}"))
+                    continue
+                layers, far, scored = [], 0.0, full_layers(model)
                 for i, layer in enumerate(cache.layers):
+                    if i not in scored:  # a sliding layer kvpress does not compress (Gemma 3)
+                        layers.append(None)
+                        continue
                     attn = model.model.layers[i].self_attn
                     if name == "adakv":
                         b, h, s = (t.tolist() for t in attn.masked_key_indices)
@@ -133,7 +171,7 @@ def run(checkpoint: str, inputs: dict | None = None) -> dict:
                         far = max(far, dist)
                     layers.append(kept)
                 out["cases"].append(dict(press=name, text=ti, keep=keep, options=opts, attn=impl, kept=layers,
-                                         scores=scores, match_distance=far))
+                                         scores=scores, match_distance=far, full_layers=scored))
     return out
 
 
