@@ -4,10 +4,11 @@ kvpress's own presses in its own venv (.venv-kvpress: kvpress pins transformers 
     .venv-kvpress/bin/python tests/kvpress_oracle.py CHECKPOINT OUT.json [INPUTS.json]
 
 INPUTS.json, when given, replaces the texts and budgets: {"ids": [[token ids], ...], "keeps": [0.25, ...]} (a real
-model's tokenized context, as tests/test_kvpress_oracle.py writes it for SmolLM2-135M), and optionally "dtype"
-("float32", the default, or "bfloat16": the model's weights and cache, as kvpress's pipeline runs it) and "presses"
-(kvlab press names: only these cases). For every case (press, options, keep) and text, it prefills the context through kvpress's press (its forward
-hooks) into a DynamicCache and reads back the kept positions per layer and KV head by matching each compressed
+model's tokenized context, as tests/test_kvpress_oracle.py writes it for SmolLM2-135M and Gemma-3-270M), and
+optionally "dtype" ("float32", the default, or "bfloat16": the model's weights and cache, as kvpress's pipeline runs
+it) and "presses" (kvlab press names: only these cases). For every case (press, options, keep) and text, it prefills
+the context through kvpress's press (its forward hooks; on Gemma 3 the full-attention layers only, `hooked`) into a
+DynamicCache and reads back the kept positions per layer and KV head by matching each compressed
 key row to the uncompressed cache's rows (kvpress keeps them in score order: sets, not sequences; AdaKV keeps
 every row and masks: its `masked_key_indices`), and the scores its scorer gave (for ties at the cutoff).
 This file imports nothing from kvpress at import time: tests/test_kvpress_oracle.py reads its cases.
