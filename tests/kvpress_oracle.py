@@ -4,8 +4,11 @@ kvpress's own presses in its own venv (.venv-kvpress: kvpress pins transformers 
     .venv-kvpress/bin/python tests/kvpress_oracle.py CHECKPOINT OUT.json [INPUTS.json]
 
 INPUTS.json, when given, replaces the texts and budgets: {"ids": [[token ids], ...], "keeps": [0.25, ...]} (a real
-model's tokenized context, as tests/test_kvpress_oracle.py writes it for SmolLM2-135M). For every case (press, options, keep) and text, it prefills the context through kvpress's press (its forward
-hooks) into a DynamicCache and reads back the kept positions per layer and KV head by matching each compressed
+model's tokenized context, as tests/test_kvpress_oracle.py writes it for SmolLM2-135M and Gemma-3-270M), and
+optionally "dtype" ("float32", the default, or "bfloat16": the model's weights and cache, as kvpress's pipeline runs
+it) and "presses" (kvlab press names: only these cases). For every case (press, options, keep) and text, it prefills
+the context through kvpress's press (its forward hooks; on Gemma 3 the full-attention layers only, `hooked`) into a
+DynamicCache and reads back the kept positions per layer and KV head by matching each compressed
 key row to the uncompressed cache's rows (kvpress keeps them in score order: sets, not sequences; AdaKV keeps
 every row and masks: its `masked_key_indices`), and the scores its scorer gave (for ties at the cutoff).
 This file imports nothing from kvpress at import time: tests/test_kvpress_oracle.py reads its cases.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 
 # Fixed texts, fed as bytes (the checkpoint is byte-level): code and prose, 512 tokens each.
 TEXTS = [
@@ -68,6 +72,35 @@ def kept_rows(full, comp):
     return d.argmin(-1).sort(-1).values.tolist(), float(d.min(-1).values.max())
 
 
+def full_layers(model) -> list[int]:
+    """The layers a press acts on: every layer, or on Gemma 3 the full-attention ones (kvpress 0.5.5's rule for
+    Gemma3ForConditionalGeneration in BasePress.__call__, presses/base_press.py, applied to Gemma3ForCausalLM too)."""
+    layers = model.model.layers
+    return [i for i, layer in enumerate(layers) if not getattr(layer.self_attn, "is_sliding", False)]
+
+
+@contextmanager
+def hooked(press, model):
+    """`with press(model)`, except that on Gemma 3 (Gemma3ForCausalLM, which kvpress 0.5.5 hooks on every layer as
+    "not tested") the sliding-window layers are skipped as kvpress's own __call__ skips them for
+    Gemma3ForConditionalGeneration: the same post_init, rotary_emb and forward hook, on the full layers only."""
+    if getattr(model.config, "model_type", "") != "gemma3_text":
+        with press(model):
+            yield
+        return
+    press.post_init_from_model(model)
+    hooks = []
+    try:
+        for i in full_layers(model):
+            attn = model.model.layers[i].self_attn
+            attn.rotary_emb = model.model.rotary_emb
+            hooks.append(attn.register_forward_hook(press.forward_hook, with_kwargs=True))
+        yield
+    finally:
+        for h in hooks:
+            h.remove()
+
+
 def run(checkpoint: str, inputs: dict | None = None) -> dict:
     """Every case on every text (or `inputs`' token ids) and budget, in float32."""
     import torch
@@ -77,16 +110,20 @@ def run(checkpoint: str, inputs: dict | None = None) -> dict:
     logging.disable_progress_bar()
     logging.set_verbosity_error()
     torch.manual_seed(0)
-    models = {impl: AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32,
+    inputs = inputs or {}
+    dtype = getattr(torch, inputs.get("dtype", "float32"))
+    cases = {k: v for k, v in CASES.items() if k in inputs.get("presses", CASES)}
+    models = {impl: AutoModelForCausalLM.from_pretrained(checkpoint, dtype=dtype,
                                                          attn_implementation=impl).eval()
-              for impl in ("sdpa", "eager")}
+              for impl in sorted({c[2] for c in cases.values()})}
     out = {"kvpress": kvpress.__version__ if hasattr(kvpress, "__version__") else "0.5.5",
-           "transformers": __import__("transformers").__version__, "torch": torch.__version__, "cases": []}
-    texts = [torch.tensor(t)[None] for t in inputs["ids"]] if inputs else [ids(t) for t in TEXTS]  # [1, T] each
-    keeps = inputs["keeps"] if inputs else KEEPS
+           "transformers": __import__("transformers").__version__, "torch": torch.__version__, "dtype": str(dtype),
+           "cases": []}
+    texts = [torch.tensor(t)[None] for t in inputs["ids"]] if "ids" in inputs else [ids(t) for t in TEXTS]  # [1, T]
+    keeps = inputs.get("keeps", KEEPS)
     for ti, x in enumerate(texts):
         fulls = {}
-        for name, (cls, opts, impl) in CASES.items():
+        for name, (cls, opts, impl) in cases.items():
             model = models[impl]
             if impl not in fulls:
                 with torch.no_grad():
@@ -111,10 +148,18 @@ def run(checkpoint: str, inputs: dict | None = None) -> dict:
                     return s
                 scorer.score = wrapped
                 cache = DynamicCache()
-                with torch.no_grad(), press(model):
-                    model(x, past_key_values=cache, use_cache=True)
-                layers, far = [], 0.0
+                try:
+                    with torch.no_grad(), hooked(press, model):
+                        model(x, past_key_values=cache, use_cache=True)
+                except Exception as e:  # kvpress itself fails on this model: recorded, not compared
+                    out["cases"].append(dict(press=name, text=ti, keep=keep, options=opts, attn=impl,
+                                             error=f"{type(e).__name__}: {str(e).splitlines()[0]}"))
+                    continue
+                layers, far, scored = [], 0.0, full_layers(model)
                 for i, layer in enumerate(cache.layers):
+                    if i not in scored:  # a sliding layer kvpress does not compress (Gemma 3)
+                        layers.append(None)
+                        continue
                     attn = model.model.layers[i].self_attn
                     if name == "adakv":
                         b, h, s = (t.tolist() for t in attn.masked_key_indices)
@@ -127,7 +172,7 @@ def run(checkpoint: str, inputs: dict | None = None) -> dict:
                         far = max(far, dist)
                     layers.append(kept)
                 out["cases"].append(dict(press=name, text=ti, keep=keep, options=opts, attn=impl, kept=layers,
-                                         scores=scores, match_distance=far))
+                                         scores=scores, match_distance=far, full_layers=scored))
     return out
 
 
