@@ -6,8 +6,8 @@ DRAM tier behind the HBM pool) against the same run with it off, as a ratio.
           default would make about 36 per request); generation is not timed
   run     Qwen3-8B on one H200 replica under vLLM's rules, roofline step times, closed loop, as
           `kvlab serve-sim synthetic --model qwen3-8b --gpu h200 --step-time roofline` runs it
-  on      the same with `--dram-gb 64` (the tier stack: HBM, then 64 GB of host DRAM; today such a run schedules on
-          the legacy replica, kvlab.serving.replica.Replica, until the tier stack serves VllmScheduler)
+  on      the same with `--dram-gb 64` (the tier stack: the HBM pool, then 64 GB of host DRAM taking its evictions,
+          kvlab.serving.hosttiers, on the same VllmScheduler)
   off     no host tier: VllmScheduler, whose prefix cache is the pool's free-but-hashed blocks
 Goal (issue 36): one million requests in < 60 s on 2 cores. KVLAB_BENCH_SERVESIM_REQUESTS sets the size (default
 1,000,000; the whole bench then takes hours on 2 cores, docs/scheduler.md has the figures).

@@ -2,7 +2,7 @@
 
 The rules every kvlab tier simulation follows (`kvlab simulate` through kvlab.sim.tiering, whose compiled kernel
 kvlab.sim.policy_kernels.tiered is held equal to this class by tests; `kvlab serve-sim`'s replicas through
-kvlab.serving.prefixcache, which is this class):
+kvlab.serving.hosttiers, this class with `hbm_external`: the vLLM pool is the HBM tier, its evictions arrive in DRAM):
 
   tiers       exclusive: a block lives in at most one tier. A tier of 0 blocks is absent: HBM's victims go to
               the next tier that exists (DRAM, else SSD), the last tier's victims are dropped.
