@@ -104,23 +104,3 @@ def test_fast_forward_reports_preemptions_the_same():
     m = replace(AffineStepModel.fitted(), prefill_token_s=200e-6)
     fast, slow = simulate_serving(tr, cfg, m), simulate_serving(tr, cfg, m, fast_forward=False)
     assert fast.preemptions == slow.preemptions > 0 and fast.steps == slow.steps
-
-
-def test_a_closed_replica_fast_forwards_with_requests_waiting(monkeypatch):
-    """A legacy replica (the one host tiers run on) whose waiting head cannot fit applies decode steps at once though
-    requests wait and arrive (the stretch ends at its first completion or page limit), and the run is still the
-    step-by-step one."""
-    from kvlab.serving.replica import Replica
-    seen = []
-    advance = Replica.advance_decode
-
-    def spy(self, steps):
-        seen.append((len(self.waiting), steps))
-        advance(self, steps)
-    monkeypatch.setattr(Replica, "advance_decode", spy)
-    tr = load_trace("synthetic", limit=300, seed=3)
-    cfg = ServeConfig(replicas=1, pool_tokens=12_000, max_num_seqs=256, scheduler="legacy")
-    m = replace(AffineStepModel.fitted(), prefill_token_s=200e-6)
-    fast = simulate_serving(tr, cfg, m)
-    assert any(w and k > 1 for w, k in seen), "no stretch was applied with requests waiting"
-    assert_same_run(fast, simulate_serving(tr, cfg, m, fast_forward=False))

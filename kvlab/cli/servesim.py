@@ -54,13 +54,14 @@ def _config(args, gpu, trace, tp: int, replicas: int = 1):
     from ..serving.simulator import deployment_config
     sched = dict(router=args.router, max_num_batched_tokens=args.max_num_batched_tokens,
                  max_num_seqs=args.max_num_seqs, max_model_len=args.max_model_len, policy=args.policy,
+                 admission=args.admission,
                  prefix_caching=not args.no_prefix_caching, async_scheduling=not args.sync_scheduling,
                  chunked_prefill=not args.no_chunked_prefill, reserve_full_isl=not args.no_reserve_full_isl,
                  long_prefill_token_threshold=args.long_prefill_token_threshold)
     if args.open_loop:
         sched["closed_loop"] = False
     return deployment_config(args.model, gpu, trace, engine=args.engine, tp=tp, pp=args.pp, replicas=replicas,
-                             kv_format=args.kv_format, hbm_gb=args.hbm_gb, dram_gb=args.dram_gb, ssd_gb=args.ssd_gb,
+                             kv_format=args.kv_format, dram_gb=args.dram_gb, ssd_gb=args.ssd_gb,
                              ttl_s=math.inf if args.ttl_s is None else args.ttl_s, block_size=args.block_size,
                              num_blocks=args.num_blocks, pool_tokens=args.pool_tokens, **sched)
 
@@ -107,20 +108,22 @@ def cmd_serve_sim(args) -> int:
         write_steps_jsonl(args.steps_out, r)
     s = r.summary()
     out = {**_context(args, gpu, tr), "tp": tp, "replicas": args.replicas, "pool_tokens": cfg.pool_tokens,
-           "scheduler": cfg.scheduler, "num_blocks": scheduler_blocks(cfg), "block_size": cfg.page_tokens,
+           "scheduler": "vllm", "num_blocks": scheduler_blocks(cfg), "block_size": cfg.page_tokens,
            "layout_note": cfg.layout_note or None,
            "cache_blocks": None if cfg.cache_blocks is None else dict(zip(("hbm", "dram", "ssd"), cfg.cache_blocks)),
            **s}
     if args.explain:
         from ..serving.scheduler import explain
-        out["scheduler_rules"] = explain(cfg.scheduler)
+        out["scheduler_rules"] = explain()
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
     f = lambda v, u="s": "-" if v is None else f"{v:.3f} {u}"  # noqa: E731
     print(f"{_head(out)} through {args.replicas} x {args.model} on {gpu.name} (TP{tp} PP{args.pp}, {args.engine}), "
           f"router {args.router}; pool {out['num_blocks']:,} blocks of {cfg.page_tokens} tokens per replica, "
-          f"{cfg.scheduler} scheduler")
+          "vLLM 0.33 scheduler" + ("" if cfg.cache_blocks is None or not any(cfg.cache_blocks[1:]) else
+                                   f", host tiers {cfg.cache_blocks[1]:,} / {cfg.cache_blocks[2]:,} trace blocks "
+                                   f"(DRAM / SSD, {cfg.policy}, admission {cfg.admission})"))
     if cfg.layout_note:
         print(f"  {cfg.layout_note}")
     print(f"  completed {out['completed']:,}, rejected {out['rejected']:,}, preemptions {out['preemptions']:,}")
@@ -217,7 +220,7 @@ def cmd_plan(args) -> int:
 def _deployment_args(m, ENGINES, ROUTERS) -> None:
     from ..serving import stepsources
     from ..serving.study import MAX_SESSIONS
-    from ..sim.policies import ONLINE
+    from ..sim.policies import ADMISSIONS, ONLINE
     m.add_argument("trace", help="'synthetic', a path, or a public trace by name (kvlab traces list)")
     m.add_argument("--model", required=True)
     add_gpu(m)
@@ -232,12 +235,14 @@ def _deployment_args(m, ENGINES, ROUTERS) -> None:
                    help="synthetic workload: sessions at load 1 (default 200)")
     m.add_argument("--human-pause-s", type=_number("--human-pause-s", 0, 1e9, lo_open=True), default=None,
                    help="synthetic workload: median pause for a human reply, seconds (default 60)")
-    m.add_argument("--hbm-gb", type=_number("--hbm-gb"), default=None,
-                   help="prefix cache in HBM per replica, GB (default: the KV pool over the replica's GPUs)")
-    m.add_argument("--dram-gb", type=_number("--dram-gb"), default=0.0)
-    m.add_argument("--ssd-gb", type=_number("--ssd-gb"), default=0.0)
+    m.add_argument("--dram-gb", type=_number("--dram-gb"), default=0.0,
+                   help="host DRAM tier per replica, GB: takes the blocks the KV pool evicts (the pool is the HBM "
+                        "tier: size it with --num-blocks / --pool-tokens)")
+    m.add_argument("--ssd-gb", type=_number("--ssd-gb"), default=0.0, help="SSD tier per replica, GB (behind DRAM)")
     m.add_argument("--policy", default="lru", choices=ONLINE,
-                   help="eviction policy of every prefix-cache tier (default lru; the tier stack: kvlab.sim.tierstack)")
+                   help="eviction policy of the DRAM and SSD tiers (default lru; the tier stack: kvlab.sim.tierstack)")
+    m.add_argument("--admission", default="all", choices=list(ADMISSIONS),
+                   help="host tiers store a block from its first access (all, default) or its second (second)")
     m.add_argument("--ttl-s", type=_number("--ttl-s", 0, lo_open=True), default=None,
                    help="host DRAM TTL, seconds: a DRAM block idle this long sinks to SSD, or is dropped")
     m.add_argument("--max-num-batched-tokens", type=_count("--max-num-batched-tokens", 1, 1 << 24), default=8192)

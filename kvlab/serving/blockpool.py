@@ -27,6 +27,8 @@ class BlockPool:
         self.head_q: OrderedDict[int, None] = OrderedDict()  # free blocks before the never-used ones
         self.fresh = 1  # next never-used block (block 0: vLLM's null block, popped at start and never freed)
         self.tail_q: OrderedDict[int, None] = OrderedDict()  # free blocks after the never-used ones (LRU order)
+        self.evicted: list | None = None  # when a list: keys whose last cached block `take` reused, appended in order
+        # (host tiers behind the pool read them: kvlab.serving.hosttiers)
 
     def free_count(self) -> int:
         return len(self.head_q) + (self.num_blocks - self.fresh) + len(self.tail_q)
@@ -86,6 +88,8 @@ class BlockPool:
                 if not bs:
                     del cached[k]
                     del first[k]
+                    if self.evicted is not None:
+                        self.evicted.append(k)
                 elif first[k] == b:
                     first[k] = next(iter(bs))
             ref[b] = 1

@@ -2,9 +2,9 @@
 
 Events are arrivals (time, 1, request) and step ends (time, 0, replica), taken in one time order. A vLLM replica
 (kvlab.serving.replica.VllmReplica, run by kvlab.serving.scheduler.VllmScheduler) steps once every event of its
-time is in, so requests arriving in the same step are admitted together; the legacy replica (host tiers) starts a
-step on an arrival at an idle replica. Each step lasts what the StepModel says (kvlab.serving.stepmodel: the one
-step-time protocol). With `fast_forward`, a replica whose batch only decodes and which nothing can join before the
+time is in, so requests arriving in the same step are admitted together. Each step lasts what the StepModel says
+(kvlab.serving.stepmodel: the one step-time protocol), plus the seconds its admissions spend loading prefix hits
+from DRAM / SSD (kvlab.serving.hosttiers). With `fast_forward`, a replica whose batch only decodes and which nothing can join before the
 run's next event applies its steps up to that event at once, priced by the model's `decode_run_s` and added to its
 busy time and clock one by one in the step loop's order, so every figure equals the step-by-step run's.
 """
@@ -22,18 +22,17 @@ FAST_FORWARD_STEPS = 4096  # most decode steps one fast-forward prices at once
 class EventLoop:
     """Arrivals and step ends of one run, in time order; `run()` drives the replicas until both are exhausted."""
 
-    def __init__(self, cfg, arrays, reps, model, arrivals: list, nxt, gap, refuses, *, vllm: bool, min_gap: float,
+    def __init__(self, cfg, arrays, reps, model, arrivals: list, nxt, gap, refuses, *, min_gap: float,
                  fast_forward: bool = True, logging: bool = False, progress=None):
         self.cfg = cfg  # the ServeConfig (router, its weight)
         self.a = arrays  # per-request state (kvlab.serving.simulator._Arrays)
-        self.reps = reps  # the replicas (VllmReplica, or the legacy Replica)
+        self.reps = reps  # the replicas (kvlab.serving.replica.VllmReplica)
         self.model = model  # the StepModel pricing every step
         self.arrivals = arrivals  # heap of (time, 1, request)
         self.ends: list = []  # heap of (time, 0, replica): the step in flight on each busy replica
         self.nxt = nxt  # [R] closed loop: the session's next turn (-1: none)
         self.gap = gap  # [R] and the pause before it
         self.refuses = refuses  # request -> True when it is refused at arrival
-        self.vllm = vllm  # replicas are VllmReplica
         self.min_gap = min_gap  # shortest pause before a session's next turn (inf: open loop)
         self.fast_forward = fast_forward  # apply decode-only stretches at once
         self.logging = logging  # steps are logged one by one (no fast-forward on vLLM replicas)
@@ -80,13 +79,13 @@ class EventLoop:
     # -- the replicas' steps --------------------------------------------------------------------------------------
     def step_vllm(self, rep, now: float) -> None:
         """Apply what is due on `rep` at `now` and start its next step (every event of `now` is in)."""
-        done, prefill, decode = rep.step(now)
+        done, prefill, decode, load_s = rep.step(now)
         self.finish(done, now)
         if not prefill and not decode:
             rep.busy_until = -1.0
             return
         model = self.model
-        dt = model.step_s(prefill, decode)
+        dt = model.step_s(prefill, decode) + load_s if load_s else model.step_s(prefill, decode)
         if self.fast_forward and not prefill and not self.logging:
             k = rep.decode_room(FAST_FORWARD_STEPS)
             if k > 0:
@@ -107,38 +106,6 @@ class EventLoop:
                         now, dt = prev, dts[m]
         self.busy(rep, now, dt)
 
-    def step_legacy(self, rep, now: float) -> None:
-        """Plan and start the legacy replica's next step at `now` (its previous one applied)."""
-        prefill, decode, load_s = rep.schedule(now)
-        if not rep.plan:
-            rep.busy_until = -1.0
-            return
-        model = self.model
-        dt = model.step_s(prefill, decode) + load_s
-        if self.fast_forward and not prefill and rep.decode_only():
-            # the steps that end before any request can arrive only change contexts: apply them here. A closed
-            # replica ignores arrivals (they queue behind a head that cannot join) unless the prefix router reads
-            # its free pages when routing them
-            h = math.inf if rep.closed() and self.cfg.router != "prefix" else self.horizon()
-            if now + dt < h:
-                k = rep.decode_room(min(FAST_FORWARD_STEPS, int(min((h - now) / dt, 1e9)) + 2))
-                if k > 1:
-                    dts = model.decode_run_s(decode, k).tolist()
-                    m = 0
-                    while m < k - 1:
-                        d = dt if m == 0 else dts[m]
-                        if now + d >= h:
-                            break
-                        now += d
-                        rep.busy_s += d
-                        m += 1
-                    if m:
-                        rep.advance_decode(m)
-                        rep.steps += m
-                        self.steps += m
-                        dt = dts[m]
-        self.busy(rep, now, dt)
-
     def arrive(self, r: int, now: float, due: dict) -> None:
         """Request r arrives at `now`: refused, or routed to a replica (a vLLM replica idle until now is due)."""
         a, cfg = self.a, self.cfg
@@ -153,14 +120,9 @@ class EventLoop:
         self.counter += 1
         a.replica[r] = i
         rep = self.reps[i]
-        if self.vllm:
-            rep.add(r)
-            if rep.busy_until < 0:
-                due[rep.index] = rep
-        else:
-            rep.waiting.append(r)
-            if rep.busy_until < 0:
-                self.step_legacy(rep, now)
+        rep.add(r)
+        if rep.busy_until < 0:
+            due[rep.index] = rep
 
     # -- the clock ------------------------------------------------------------------------------------------------
     def run(self) -> "EventLoop":
@@ -183,14 +145,9 @@ class EventLoop:
             due_t = now
             if kind == 1:
                 self.arrive(x, now, due)
-            elif self.vllm:
-                due[x] = self.reps[x]
             else:
-                rep = self.reps[x]
-                self.finish(rep.finish_step(now), now)
-                self.step_legacy(rep, now)
-        if self.vllm:
-            for rep in self.reps:
-                if rep.sched.has_work():
-                    raise ParameterError(f"replica {rep.index} stopped with requests it can never schedule")
+                due[x] = self.reps[x]
+        for rep in self.reps:
+            if rep.sched.has_work():
+                raise ParameterError(f"replica {rep.index} stopped with requests it can never schedule")
         return self

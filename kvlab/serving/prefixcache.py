@@ -7,4 +7,4 @@ from __future__ import annotations
 
 from ..sim.tierstack import TierStack
 
-TierCache = TierStack  # the name the replica and simulator use
+TierCache = TierStack  # the older name (serve-sim's replicas reach it through kvlab.serving.hosttiers)

@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..checks import cdiv
+from ..errors import ParameterError
 from .blockpool import BlockPool
 
 
@@ -82,14 +83,21 @@ class Batch:
     preempted: list  # requests preempted while forming it
     free_blocks: int  # free blocks after scheduling
     prefix_hit: dict  # request -> prefix-hit tokens, for requests taken from the waiting queue
+    loaded: dict = field(default_factory=dict)  # request -> [blocks loaded from DRAM, from SSD] (in prefix_hit)
 
 
 class VllmScheduler:
     """One replica's vLLM scheduler: add requests, schedule a Batch, apply it (`update`)."""
 
-    def __init__(self, knobs: SchedulerKnobs):
+    def __init__(self, knobs: SchedulerKnobs, host=None):
         self.k = knobs  # settings
         self.pool = BlockPool(knobs.num_blocks, knobs.enable_prefix_caching)  # KV blocks
+        self.host = host  # DRAM / SSD behind the pool (kvlab.serving.hosttiers.HostTiers), or None
+        self.loaded = [0, 0]  # blocks the last admission loaded from DRAM, SSD
+        if host is not None:
+            if not knobs.enable_prefix_caching:
+                raise ParameterError("host tiers (DRAM / SSD) hold prefix-cached blocks: they need prefix caching")
+            self.pool.evicted = []
         self.waiting: deque[Req] = deque()  # FCFS
         self.running: list[Req] = []  # admission order
         self.preemptions = 0  # preemptions so far
@@ -112,10 +120,14 @@ class VllmScheduler:
             return keys[lo:hi]
         return keys[lo:] + [output_key(r.id, i) for i in range(max(lo, len(keys)), hi)]
 
-    def _allocate(self, r: Req, n: int, hit: list | None = None, reserve: bool = False) -> bool:
+    def _allocate(self, r: Req, n: int, hit: list | None = None, reserve: bool = False, ext: int = 0,
+                  admit: bool = False) -> bool:
+        """Blocks for `n` more tokens of r (after `hit`, its cached blocks in the pool, and `ext` blocks found in the
+        host tiers, loaded into new blocks), or False when they do not fit; `admit`: r is taken from the waiting
+        queue with nothing computed (the host tiers count its blocks' access)."""
         hit = hit or []
         bs = self.k.block_size
-        computed = r.computed + len(hit) * bs
+        computed = r.computed + (len(hit) + ext) * bs
         need = min(computed + n, self.k.max_model_len)
         new = cdiv(need, bs) - len(hit) - len(r.blocks)
         evict = self.pool.evictable(hit) if hit else 0
@@ -126,15 +138,24 @@ class VllmScheduler:
                 return False
         if want > self.pool.free_count():
             return False
+        host = self.host
+        if admit and host is not None:
+            self.loaded = host.admit(r.keys, len(hit), ext)
         if hit:
             self.pool.touch(hit)
             r.blocks.extend(hit)
         if new > 0:
             r.blocks.extend(self.pool.take(new))
+            if host is not None and self.pool.evicted:
+                host.evicted(self.pool.evicted)
+                self.pool.evicted.clear()
         # hash the blocks this step fills (vLLM caches at allocation, for the tokens being computed)
         full_blocks = min(computed + n, r.tokens) // bs
         if full_blocks > r.cached_upto:
-            self.pool.cache_many(r.blocks[r.cached_upto:full_blocks], self._keys(r, r.cached_upto, full_blocks))
+            keys = self._keys(r, r.cached_upto, full_blocks)
+            self.pool.cache_many(r.blocks[r.cached_upto:full_blocks], keys)
+            if host is not None:
+                host.hashed(keys)
             r.cached_upto = full_blocks
         return True
 
@@ -147,7 +168,7 @@ class VllmScheduler:
     def schedule(self) -> Batch:
         k = self.k
         budget = k.max_num_batched_tokens
-        tokens, samples, decode, preempted, hits = {}, set(), set(), [], {}
+        tokens, samples, decode, preempted, hits, loaded = {}, set(), set(), [], {}, {}
         # a long prefill is cut only when another request could use the budget (scheduler.py, schedule)
         threshold = k.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
         bs, mml, caching = k.block_size, k.max_model_len, self.pool.caching
@@ -197,20 +218,26 @@ class VllmScheduler:
                 if r.stale:  # preempted with output still in flight: passed over until it lands
                     skipped.append(self.waiting.popleft())
                     continue
-                hit = []
-                if r.computed == 0 and self.pool.caching:
-                    hit = self.pool.hit(self._keys(r, 0, (r.tokens - 1) // k.block_size))
-                n = r.tokens - len(hit) * k.block_size - r.computed
+                hit, ext = [], 0
+                admit = r.computed == 0 and self.pool.caching
+                if admit:
+                    keys = self._keys(r, 0, (r.tokens - 1) // k.block_size)
+                    hit = self.pool.hit(keys)
+                    if self.host is not None:  # the run continues in DRAM / SSD
+                        ext = self.host.run(keys[len(hit):])
+                n = r.tokens - (len(hit) + ext) * k.block_size - r.computed
                 if 0 < threshold < n:
                     n = threshold
                 if not k.enable_chunked_prefill and n > budget:
                     break
                 n = min(n, budget)
-                if not self._allocate(r, n, hit, k.reserve_full_isl):
+                if not self._allocate(r, n, hit, k.reserve_full_isl, ext, admit):
                     break
                 self.waiting.popleft()
-                r.computed += len(hit) * k.block_size
+                r.computed += (len(hit) + ext) * k.block_size
                 hits[r.id] = r.computed
+                if ext:
+                    loaded[r.id] = self.loaded
                 if r.hit_tokens < 0:
                     r.hit_tokens = r.computed
                 self.running.append(r)
@@ -228,7 +255,7 @@ class VllmScheduler:
                 samples.add(r.id)
                 if k.async_scheduling:
                     r.placeholders += 1
-        return Batch(tokens, samples, decode, preempted, self.pool.free_count(), hits)
+        return Batch(tokens, samples, decode, preempted, self.pool.free_count(), hits, loaded)
 
     def _preempt(self, r: Req) -> None:
         self._free(r)
@@ -276,21 +303,21 @@ MODELLED = (
     "async scheduling (default): a finished request's slot and blocks return one step later; sync on request",
     "chunked prefill on or off; long_prefill_token_threshold (only while another request waits or runs)",
     "max_model_len: longer prompts refused, outputs capped; arrivals of one step admitted together",
+    "host tiers (--dram-gb, --ssd-gb): kvlab's tier stack behind the pool; a block the pool evicts moves to DRAM "
+    "(then SSD), a hit continues there after the pool's and is loaded at the tiers' bandwidth in the admitting step "
+    "(kvlab.serving.hosttiers)",
 )
 LEFT_OUT = (
     "priority scheduling, speculative decoding, structured output, LoRA, multimodal encoders",
-    "KV connectors and CPU offloading (host tiers run on the legacy replica until the tier stack serves this one)",
+    "KV connectors; vLLM's CPU offloading writes blocks through to the CPU tier and loads hits asynchronously, "
+    "kvlab's host tiers take the pool's evictions (one copy per block) and load in the admitting step",
     "watermark (vLLM's default 0), prefill cadence, pipeline parallelism's several batches in flight",
     "a request that could never fit the pool is refused at arrival (vLLM would preempt it forever)",
 )
 
 
-def explain(scheduler: str = "vllm") -> str:
+def explain() -> str:
     """What the serving simulator's scheduler models of vLLM 0.33's, and what it leaves out."""
-    if scheduler != "vllm":
-        return ("scheduler: legacy replica (host tiers given): admission checks the first chunk only, the prefix cache "
-                "is its own LRU budget beside the pool, synchronous scheduling; the vLLM 0.33 rules apply without "
-                "DRAM / SSD tiers")
     return ("scheduler: vLLM 0.33's v1 rules, checked step for step against vLLM itself "
             "(tests/fixtures/vllm_scheduler.json)\n  modelled: " + "\n  modelled: ".join(MODELLED)
             + "\n  left out: " + "\n  left out: ".join(LEFT_OUT))

@@ -2,17 +2,17 @@
 
 Requests arrive at the trace's timestamps; with `closed_loop` (default for traces with session ids, i.e. the
 synthetic agent workload) a session's next turn arrives its trace pause (think time / tool call) after the
-previous turn finished, so slow service delays the session. Each replica runs `kvlab.serving.replica.Replica`
-(vLLM V1's scheduling rules) with a KV pool sized by kvlab's capacity rules for the engine and deployment
-(`kvlab.serving.capacity.plan`: weights, activations, paging) and a prefix cache over HBM / DRAM / SSD
-(`kvlab.serving.prefixcache.TierCache`); each step lasts what the StepModel says plus the time to bring its
+previous turn finished, so slow service delays the session. Each replica runs `kvlab.serving.replica.VllmReplica`
+(vLLM 0.33's scheduling rules) with a KV pool sized by kvlab's capacity rules for the engine and deployment
+(`kvlab.serving.capacity.plan`: weights, activations, paging) and optional DRAM / SSD tiers behind it
+(`kvlab.serving.hosttiers.HostTiers`); each step lasts what the StepModel says plus the time to bring its
 DRAM / SSD prefix hits into HBM. A request with no prompt or no output token is refused, as vLLM refuses it
 (vllm/v1/engine/input_processor.py _validate_prompt_len: "The decoder prompt cannot be empty"; sampling_params.py:
 max_tokens must be at least 1). The step model's description (`kvlab.serving.stepmodel.describe`) travels with
 every result. The scheduler is kvlab.serving.scheduler.VllmScheduler (vLLM 0.33's rules, checked step for step
-against vLLM itself: docs/scheduler.md), whose prefix cache is the pool's free-but-hashed blocks; with DRAM / SSD
-tiers the run uses the legacy replica (`scheduler="legacy"`: admission on the first chunk, the prefix cache's HBM
-capacity its own budget beside the pool, synchronous scheduling) until the tier stack serves the vLLM scheduler.
+against vLLM itself: docs/scheduler.md), whose HBM prefix cache is the pool's free-but-hashed blocks; DRAM / SSD
+tiers behind it (`cache_blocks[1:]`) are kvlab's one tier stack, fed by the pool's evictions and searched where the
+pool's hit stops (kvlab.serving.hosttiers).
 """
 from __future__ import annotations
 
@@ -24,16 +24,15 @@ import numpy as np
 
 from ..checks import cdiv, need_choice, need_int, need_number, need_type
 from ..errors import NoEngineLayout, ParameterError
-from ..sim.policies import ONLINE
+from ..sim.policies import ADMISSIONS, ONLINE
 from ..sim.traces import Trace, access_tokens
-from .prefixcache import TierCache
-from .replica import Replica, VllmReplica
+from .hosttiers import HostTiers
+from .replica import VllmReplica
 from .router import ROUTERS, route
 from .eventloop import EventLoop
 from .stepmodel import StepModel, Target, as_step_model, check_target, describe
 
 TIERS = ("hbm", "dram", "ssd")
-SCHEDULERS = ("vllm", "legacy")
 
 
 @dataclass(frozen=True)
@@ -48,11 +47,14 @@ class ServeConfig:
     max_model_len: int | None = None  # vLLM's: longer prompts refused, outputs capped (None: the pool's size)
     router: str = "round_robin"  # round_robin, least_loaded or prefix
     overlap_weight: float = 1.0  # prefix router: weight of uncached prefill blocks against active blocks
-    cache_blocks: tuple[int, int, int] | None = None  # prefix cache per tier, trace blocks; None: no prefix caching
+    cache_blocks: tuple[int, int, int] | None = None  # prefix-cache budget per tier in trace blocks (HBM's unused:
+    # the pool is HBM); DRAM and SSD above 0 put host tiers behind the pool (trace blocks x their tokens / page_tokens
+    # KV blocks each); None: no host tiers
     block_bytes: int = 1  # bytes of one trace block (tier transfers)
     read_bytes_per_s: tuple[float, float, float] = (3.35e12, 64e9, 7e9)  # into HBM from each tier (H100 defaults)
     ttl_s: float = math.inf  # host DRAM copies expire this long after last use (to SSD: kvlab.sim.tierstack)
-    policy: str = "lru"  # eviction policy of every prefix-cache tier (an online one: kvlab.sim.policies.ONLINE)
+    policy: str = "lru"  # eviction policy of every host tier (an online one: kvlab.sim.policies.ONLINE)
+    admission: str = "all"  # host tiers' admission rule: "all", or "second" (stored from a block's second access)
     gpus_per_replica: int = 1  # GPUs of one replica (TP x PP), for GPU-seconds
     closed_loop: bool | None = None  # sessions wait for their previous turn; None: when the trace has sessions
     layout_note: str = ""  # how the KV pool was counted, when not by the engine's own layout (deployment_config)
@@ -63,7 +65,6 @@ class ServeConfig:
     chunked_prefill: bool = True  # vLLM's enable_chunked_prefill
     long_prefill_token_threshold: int = 0  # most tokens of one prefill chunk when others wait (0: no limit)
     reserve_full_isl: bool = True  # vLLM's scheduler_reserve_full_isl: admit only when the whole input fits
-    scheduler: str = "vllm"  # "vllm": VllmScheduler (vLLM 0.33's rules); "legacy": the replica with host tiers
 
     def __post_init__(self):
         need_int("replicas", self.replicas, 1)
@@ -71,7 +72,6 @@ class ServeConfig:
         need_int("page_tokens", self.page_tokens, 1)
         need_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
         need_int("max_num_seqs", self.max_num_seqs, 1)
-        need_choice("scheduler", self.scheduler, SCHEDULERS)
         need_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
         if self.num_blocks is not None:
             need_int("num_blocks", self.num_blocks, 2)  # one is vLLM's null block
@@ -93,11 +93,15 @@ class ServeConfig:
         need_int("gpus_per_replica", self.gpus_per_replica, 1)
         need_number("ttl_s", self.ttl_s, 0.0, lo_open=True, finite=False)
         need_choice("policy", self.policy, ONLINE)
+        need_choice("admission", self.admission, tuple(ADMISSIONS))
         if self.cache_blocks is not None:
             if len(self.cache_blocks) != 3:
                 raise ParameterError("cache_blocks needs one capacity per tier (hbm, dram, ssd)")
             for t, c in zip(TIERS, self.cache_blocks):
                 need_int(f"{t} cache blocks", c, 0)
+            if not self.prefix_caching and (self.cache_blocks[1] or self.cache_blocks[2]):
+                raise ParameterError("DRAM / SSD tiers hold prefix-cached blocks: they need prefix caching "
+                                     "(drop --no-prefix-caching, or the host tiers)")
         for t, bw in zip(TIERS, self.read_bytes_per_s):
             need_number(f"{t} read bandwidth (B/s)", bw, 0.0, lo_open=True)
 
@@ -233,19 +237,12 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
         need_number(f"slo {k}", slo[k], 0.0, lo_open=True)
     N = len(trace)
     a = _Arrays(trace, cfg.read_bytes_per_s)
-    caching = cfg.cache_blocks is not None and trace.has_prefixes
-    vllm = cfg.scheduler == "vllm"
     log = [] if record_steps else None
     knobs = scheduler_knobs(cfg)
-    if vllm:
-        reps = [VllmReplica(i, knobs, a, cfg.prefix_caching and trace.has_prefixes, log) for i in range(cfg.replicas)]
-        refuses = lambda r: never_fits(a.input[r], a.output[r], knobs)  # noqa: E731
-    else:
-        reps = [Replica(i, cfg.pool_tokens // cfg.page_tokens, cfg.page_tokens, cfg.max_num_batched_tokens,
-                        cfg.max_num_seqs, TierCache(cfg.cache_blocks, cfg.block_bytes, cfg.ttl_s, cfg.policy)
-                        if caching else None, a) for i in range(cfg.replicas)]
-        limit = min(cfg.max_model_len or cfg.pool_tokens, (cfg.pool_tokens // cfg.page_tokens) * cfg.page_tokens)
-        refuses = lambda r: a.input[r] + a.output[r] > limit  # noqa: E731
+    caching = cfg.prefix_caching and trace.has_prefixes
+    reps = [VllmReplica(i, knobs, a, caching, log, host_tiers(cfg, trace) if caching else None)
+            for i in range(cfg.replicas)]
+    refuses = lambda r: never_fits(a.input[r], a.output[r], knobs)  # noqa: E731
     closed = cfg.closed_loop if cfg.closed_loop is not None else trace.session_ids is not None
     if closed and trace.session_ids is None:
         raise ParameterError(f"closed_loop needs a trace with session ids; {trace.name!r} has none")
@@ -257,7 +254,7 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
         from tqdm import tqdm
         bar = tqdm(total=N, unit="request", desc="serve-sim", mininterval=0.5, smoothing=0.05)
     try:
-        loop = EventLoop(cfg, a, reps, steps_model, arrivals, nxt, gap, refuses, vllm=vllm, min_gap=min_gap,
+        loop = EventLoop(cfg, a, reps, steps_model, arrivals, nxt, gap, refuses, min_gap=min_gap,
                          fast_forward=fast_forward, logging=log is not None, progress=bar).run()
     finally:
         if bar is not None:
@@ -306,6 +303,18 @@ def _arrivals(trace: Trace, closed: bool):
         arrivals = [(ts[r], 1, r) for r in range(N)]
     heapq.heapify(arrivals)
     return arrivals, nxt, gap
+
+
+def host_tiers(cfg: ServeConfig, trace: Trace) -> HostTiers | None:
+    """One replica's DRAM / SSD tiers (None when `cfg` gives neither): `cache_blocks` counts trace blocks, the
+    tiers hold KV blocks of `page_tokens`, so each trace block is trace.block_tokens / page_tokens of them, at that
+    share of `block_bytes`."""
+    if cfg.cache_blocks is None or not (cfg.cache_blocks[1] or cfg.cache_blocks[2]):
+        return None
+    bt, pt = trace.block_tokens, cfg.page_tokens
+    dram, ssd = (c * bt // pt for c in cfg.cache_blocks[1:])
+    return HostTiers(dram, ssd, max(1, round(cfg.block_bytes * pt / bt)), cfg.read_bytes_per_s, cfg.ttl_s,
+                     cfg.policy, cfg.admission)
 
 
 def scheduler_blocks(cfg: ServeConfig) -> int:
@@ -390,13 +399,18 @@ def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", 
                       pool_tokens: int | None = None, **scheduler) -> ServeConfig:
     """A ServeConfig for `replicas` copies of `model` on `gpu` under TP x PP: the KV pool of one replica is
     kvlab.serving.capacity.plan's usable KV bytes over its per-GPU bytes per token (the engine's paging and memory
-    rule); the prefix cache holds `hbm_gb` (default: the pool's bytes over the replica's GPUs) plus the DRAM / SSD budgets, in trace
-    blocks, with the GPU's bandwidths (kvlab.sim.tiering.make_tiers). `scheduler`: other ServeConfig fields.
+    rule); its free-but-hashed blocks are the HBM prefix cache (vLLM's), with `dram_gb` / `ssd_gb` of host tiers
+    behind it (kvlab.serving.hosttiers), in trace blocks, at the GPU's bandwidths (kvlab.sim.tiering.make_tiers).
+    `hbm_gb` is refused: the pool is the HBM tier (size it with num_blocks or pool_tokens). `scheduler`: other
+    ServeConfig fields.
     A model the engine has no published layout for (V4.1-Flash under vLLM) is counted as the model stores it,
     under vLLM's memory rule, and `layout_note` says so (as the roofline's step times do)."""
     from ..hardware import get_gpu
     from .parallel import Parallelism
     from ..sim.tiering import make_tiers
+    if hbm_gb is not None:
+        raise ParameterError(f"hbm_gb {hbm_gb:g}: under vLLM's rules the HBM prefix cache is the KV pool's free blocks; "
+                             "size the pool with num_blocks or pool_tokens (--num-blocks, --pool-tokens)")
     par = Parallelism(tp=need_int("tp", tp, 1), pp=need_int("pp", pp, 1))
     target = Target.of(model, gpu, engine, tp, pp, kv_format)
     cap, engine, note = replica_capacity(model, gpu, par, engine, kv_format, utilization, activation_gb)
@@ -419,10 +433,8 @@ def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", 
         pool = need_int("num_blocks", num_blocks, 2) * page
     g = get_gpu(gpu)
     bt = trace.block_tokens
-    hbm = cap.usable_kv_bytes * par.gpus / 1e9 if hbm_gb is None else hbm_gb  # the replica's GPUs hold the pool
+    hbm = cap.usable_kv_bytes * par.gpus / 1e9  # the replica's GPUs hold the pool (the HBM tier)
     tiers = make_tiers(model, hbm, dram_gb, ssd_gb, gpu=g, block_tokens=bt, ttl_s=ttl_s, kv_format=kv_format)
-    # host tiers run on the legacy replica until the tier stack serves the vLLM scheduler (issue 36 item 4)
-    scheduler.setdefault("scheduler", "legacy" if dram_gb > 0 or ssd_gb > 0 else "vllm")
     return ServeConfig(replicas=need_int("replicas", replicas, 1), pool_tokens=pool, page_tokens=page,
                        num_blocks=num_blocks,
                        cache_blocks=tiers.capacity_blocks if trace.has_prefixes else None,

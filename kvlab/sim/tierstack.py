@@ -2,7 +2,7 @@
 
 The rules every kvlab tier simulation follows (`kvlab simulate` through kvlab.sim.tiering, whose compiled kernel
 kvlab.sim.policy_kernels.tiered is held equal to this class by tests; `kvlab serve-sim`'s replicas through
-kvlab.serving.prefixcache, which is this class):
+kvlab.serving.hosttiers, this class with `hbm_external`: the vLLM pool is the HBM tier, its evictions arrive in DRAM):
 
   tiers       exclusive: a block lives in at most one tier. A tier of 0 blocks is absent: HBM's victims go to
               the next tier that exists (DRAM, else SSD), the last tier's victims are dropped.
@@ -67,7 +67,9 @@ class TierStack:
     """HBM / DRAM / SSD under the rules of the module docstring, one request (or one block) at a time."""
 
     def __init__(self, capacity_blocks, block_bytes: int, ttl_s: float = math.inf, policy="lru",
-                 admission="all", future: dict | None = None):
+                 admission="all", future: dict | None = None, hbm_external: bool = False):
+        self.hbm_external = hbm_external  # HBM is a vLLM pool outside the stack (kvlab.serving.hosttiers): storing
+        # a block "in HBM" leaves it to the pool, and the pool's victims arrive through place(b, 1, 0, now)
         self.cap = tuple(int(c) for c in capacity_blocks)  # blocks per tier: HBM, DRAM, SSD (0: no such tier)
         self.block_bytes = int(block_bytes)  # bytes of one block
         self.ttl_s = float(ttl_s)  # DRAM blocks expire this long after their last use (math.inf: never)
@@ -101,6 +103,8 @@ class TierStack:
         """Store b (coming from tier src, None if computed) in tier k or the next that exists, victims cascading
         down."""
         caps = self.cap
+        if k == 0 and self.hbm_external:
+            return
         while True:
             while k < 3 and caps[k] == 0:
                 k += 1

@@ -1,0 +1,91 @@
+"""Host tiers (DRAM, SSD) behind a vLLM replica's KV pool: kvlab's one tier stack (kvlab.sim.tierstack.TierStack)
+with its HBM tier outside it, because the pool is the HBM tier (its free-but-hashed blocks are the HBM prefix cache,
+kvlab.serving.blockpool).
+
+The rule followed is the tier stack's (exclusive tiers, demote on evict), not vLLM's write-through:
+  evict     when the pool reuses a free hashed block and no other block of the pool carries its key, the key leaves
+            HBM and is placed in DRAM (else SSD), under that tier's policy, admission rule and TTL, its victims
+            sinking to SSD and then dropped (TierStack.place from HBM).
+  lookup    a request taken from the waiting queue with nothing computed hits its leading run of full blocks in the
+            pool (vLLM's get_computed_blocks), then continues the run in DRAM / SSD; the continued blocks are loaded
+            into new pool blocks and count as computed tokens (vLLM's connector reports them as external computed
+            tokens: get_num_new_matched_tokens, OffloadingConnectorScheduler,
+            vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py), priced at the tier's read
+            bandwidth and added to the step that admits the request.
+  access    admission counts every full prompt block of the request as one access (TierStack.take: a block found
+            in a host tier leaves it for the pool), so the admission rule ("second": stored from the second access)
+            and the TTL (since the last access) read the same counts `kvlab simulate` keeps; a key the pool hashes
+            while a stale host copy exists drops that copy (one copy per key).
+What vLLM does instead (for reference): its OffloadingConnector writes each block to the CPU tier once it is
+computed (a copy beside the GPU's; `_get_reqs_to_store` in the file above), touches a request's offloaded blocks
+on every lookup, stores only blocks seen `store_threshold` times, and loads hits asynchronously (the request waits
+in WAITING_FOR_REMOTE_KVS while others run). kvlab keeps one copy per block so that HBM and DRAM add up, as in
+`kvlab simulate`, and charges the load to the admitting step. Output blocks (keys unique to their request) are not
+kept in host tiers: only a preempted request could hit them.
+"""
+from __future__ import annotations
+
+from ..sim.tierstack import TierStack
+
+
+class HostTiers:
+    """DRAM and SSD of one replica, keyed by the scheduler's block keys (kvlab.serving.replica.prompt_keys)."""
+
+    def __init__(self, dram_blocks: int, ssd_blocks: int, block_bytes: int, read_bytes_per_s, ttl_s: float,
+                 policy="lru", admission="all"):
+        self.stack = TierStack((0, dram_blocks, ssd_blocks), block_bytes, ttl_s, policy, admission,
+                               hbm_external=True)  # the tier stack, HBM held by the pool
+        self.read_s = tuple(block_bytes / bw for bw in read_bytes_per_s)  # seconds to load one block, per tier
+        self.now = 0.0  # time of the step being scheduled
+
+    @property
+    def moved(self) -> dict:
+        return self.stack.moved
+
+    def run(self, keys) -> int:
+        """How many leading `keys` sit in DRAM or SSD (no state change; expired DRAM blocks first leave)."""
+        st = self.stack
+        st.expire(self.now)
+        where = st.where
+        n = 0
+        for k in keys:
+            if k not in where:
+                break
+            n += 1
+        return n
+
+    def admit(self, keys, start: int, run: int) -> list[int]:
+        """A request admitted: each of its prompt block `keys` accessed once, in order; keys[start:start + run]
+        were found in host tiers (`run`) and are loaded. Returns [blocks loaded from DRAM, from SSD]."""
+        st = self.stack
+        got = [0, 0]
+        take, now = st.take, self.now
+        for i, k in enumerate(keys):
+            t = take(k, now)
+            if start <= i < start + run:
+                got[t - 1] += 1
+                key = "dram->hbm" if t == 1 else "ssd->hbm"
+                st.moved[key] = st.moved.get(key, 0) + st.block_bytes
+        return got
+
+    def evicted(self, keys) -> None:
+        """The pool dropped these keys (their last block reused): each moves to DRAM, or the next tier."""
+        st = self.stack
+        count, place, now = st.count, st.place, self.now
+        for k in keys:
+            if k in count:  # a prompt block (output blocks are never accessed through `admit`)
+                place(k, 1, 0, now)
+
+    def hashed(self, keys) -> None:
+        """The pool hashed these keys: a host copy of any of them is stale and dropped."""
+        st = self.stack
+        where = st.where
+        for k in keys:
+            t = where.get(k)
+            if t is not None:
+                st.caches[t].remove(k)
+                del where[k]
+
+    def load_s(self, blocks) -> float:
+        """Seconds to load [DRAM, SSD] blocks into HBM."""
+        return blocks[0] * self.read_s[1] + blocks[1] * self.read_s[2]
