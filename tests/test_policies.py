@@ -240,8 +240,6 @@ def test_unknown_kernel_id_is_refused(bad):
         for op in (pk.lookup_any, pk.insert_any):
             with pytest.raises(ParameterError, match="unknown eviction policy kernel id"):
                 op(bad, 0, S, iv, fv, fut, n, 0)
-        with pytest.raises(ParameterError, match="unknown eviction policy kernel id"):
-            pk.remove_any(bad, 0, S, iv, fut, n, 0)
     with pytest.raises(ParameterError, match="no eviction policy has kernel id"):
         pk.tiered([0, bad, 0], np.array([2, 2, 2]), np.zeros((3, 3)), np.ones(3, np.int64), dense, nxt,
                   np.array([0, 4]), np.array([64]), np.zeros(1), 16, 0.0, False, np.zeros(3), n, mf)
