@@ -234,6 +234,12 @@ def test_unknown_kernel_id_is_refused(bad):
         pk._run_one(bad, 2, *args)
     with pytest.raises(ParameterError, match="no eviction policy has kernel id"):
         pk.run_curve(bad, [2, 3], *args)
+    if pk.ENABLED and type(bad) is int:  # the compiled dispatch's last branch raises too
+        S, iv, fv, heap = pk._state(1, n, mf, np.array([2]))
+        fut = np.zeros(n, np.int64)
+        for op in (pk.lookup_any, pk.insert_any):
+            with pytest.raises(ParameterError, match="unknown eviction policy kernel id"):
+                op(bad, 0, S, iv, fv, fut, n, 0)
     with pytest.raises(ParameterError, match="no eviction policy has kernel id"):
         pk.tiered([0, bad, 0], np.array([2, 2, 2]), np.zeros((3, 3)), np.ones(3, np.int64), dense, nxt,
                   np.array([0, 4]), np.array([64]), np.zeros(1), 16, 0.0, False, np.zeros(3), n, mf)

@@ -49,6 +49,36 @@ def test_cli_choices_and_help_come_from_the_registry(capsys):
         assert f"{s.name}:" in out
 
 
+def test_one_registry_gives_every_list():
+    """The catalog choices (kvlab step-time --source, step_time) and the catalog classes come from the same
+    registrations as --step-time's choices: no second list of names."""
+    import subprocess
+    import sys
+    from kvlab.serving import steptime
+    assert stepsources.catalog_names() == steptime.CHOICES == ("auto", "aiconfigurator", "roofline")
+    assert set(steptime.SOURCES) == {"aiconfigurator", "roofline"}
+    for name, cls in steptime.SOURCES.items():
+        assert cls.name == name and issubclass(cls, steptime.StepTimeSource)
+        assert stepsources.get(name).source_class() is cls
+    assert stepsources.get("auto").source_class() is None and not stepsources.get("unit").catalog
+    with pytest.raises(ParameterError, match="step-time source must be one of auto, aiconfigurator, roofline"):
+        steptime.step_time("qwen3-8b", "H200", "vllm", source="unit")
+    d = stepsources.Deployment("qwen3-8b", "h200", "vllm", 1, None)
+    r = stepsources.build("roofline", d)
+    assert type(r) is steptime.Roofline and r.describe() == steptime.step_time("qwen3-8b", "H200", "vllm",
+                                                                               source="roofline").describe()
+    with pytest.raises(ParameterError, match="unknown GPU"):
+        stepsources.build("roofline", stepsources.Deployment("qwen3-8b", "nogpu"))
+    with pytest.raises(ParameterError, match="tp"):
+        stepsources.build("roofline", stepsources.Deployment("qwen3-8b", "h200", tp=0))
+    # the CLI's help reads the registry without loading the sources' modules
+    code = ("import sys\nfrom kvlab.cli import main\nfor c in ('serve-sim', 'plan', 'step-time'):\n"
+            "    try:\n        main([c, '--help'])\n    except SystemExit:\n        pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('kvlab.serving.step')), file=sys.stderr)")
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stderr
+    assert err.strip() == "['kvlab.serving.stepmodel', 'kvlab.serving.stepsources']"
+
+
 def test_adapted_source_prices_runs_step_by_step():
     m = as_step_model(OnlyStepS())
     assert isinstance(m, StepModel) and m.describe()["source"] == "OnlyStepS"

@@ -260,7 +260,7 @@ def test_without_aiconfigurator_says_so_once(monkeypatch, capsys):
     line, however many sources and runs follow."""
     from kvlab.serving import steptime
     monkeypatch.setattr(aic, "available", lambda: False)
-    monkeypatch.setattr(steptime, "_told", set())
+    monkeypatch.setattr(steptime.auto, "_told", set())
     for _ in range(2):
         assert step_time("qwen3-8b", "H200", "vllm").name == "roofline"
     for _ in range(2):

@@ -38,6 +38,7 @@ def cmd_step_time(args) -> int:
 
 
 def register(sub) -> None:
+    from ..serving import stepsources
     s = sub.add_parser("step-time", help="latency of one engine step (aiconfigurator data or a roofline estimate)")
     s.add_argument("model", help="catalog name, config.json path or Hub id (ORG/NAME)")
     add_gpu(s)
@@ -47,8 +48,8 @@ def register(sub) -> None:
     s.add_argument("--prefill", default=None, help="TOKENS[xBATCH][@CACHED]: BATCH chunks of TOKENS new tokens "
                                                    "over CACHED cached ones (e.g. 4096, 1024x8, 2048@2048)")
     s.add_argument("--decode", default=None, help="BATCHxCONTEXT: BATCH decode requests at CONTEXT cached tokens")
-    s.add_argument("--source", default="auto", choices=("auto", "aiconfigurator", "roofline"),
-                   help="auto: aiconfigurator where it covers the combination, the roofline otherwise")
+    s.add_argument("--source", default="auto", choices=stepsources.catalog_names(),
+                   help=stepsources.help_text(catalog=True))
     s.add_argument("--weight-gb", type=_number("--weight-gb", 0, 1e6, lo_open=True), default=None,
                    help="roofline: whole-model weight GB (default: data/weights.json and the config's dtype)")
     s.add_argument("--json", action="store_true")

@@ -40,7 +40,7 @@ class ServingParams(NotebookParams):
         from ..engines import ENGINES
         from ..hardware import get_gpu
         from ..models import load_model
-        from ..serving.steptime import CHOICES
+        from ..serving.stepsources import catalog_names
         self.need_text("trace")
         self.need_int("synthetic_sessions")
         self.need_number("human_pause_median_s", 0.0, lo_open=True)
@@ -48,7 +48,7 @@ class ServingParams(NotebookParams):
         self.need_int("limit", 0)
         self.need_lookup("gpu", get_gpu)
         self.need_choice("engine", ENGINES)
-        self.need_choice("step_time", CHOICES)
+        self.need_choice("step_time", catalog_names())
         self.parsed = []
         for text in self.need_names("deployments"):
             try:

@@ -171,6 +171,11 @@ class Aiconfigurator(StepTimeSource):
                                  f"{str(e).splitlines()[0][:200]}") from None
         self._priced: dict = {}  # (query, its arguments) -> ms: the serving loop asks the same steps again and again
 
+    @classmethod
+    def for_deployment(cls, d) -> "Aiconfigurator":
+        """aiconfigurator knows GPUs by their catalog name (its `support` keys, upper case); weights are its own."""
+        return cls(d.model, d.gpu.name.upper(), d.engine, d.tp, d.kv_format)
+
     def _query(self, n_pre: int, tokens: int, cached: int, n_dec: int, ctx: int) -> tuple[str, tuple]:
         """The EngineHandle query and arguments a step maps onto (module docstring): a step of `n_pre` chunks of
         (mean) `tokens` new on `cached` cached tokens and `n_dec` decodes at (mean) context `ctx`."""

@@ -98,6 +98,12 @@ class StepTimeSource(StepModel):
     target = None  # the deployment it prices (kvlab.serving.stepmodel.Target), set by the subclass
     why_not_aiconfigurator = None  # set by step_time(source="auto") on a fallback: why aiconfigurator was not used
 
+    @classmethod
+    def for_deployment(cls, d) -> "StepTimeSource":
+        """The source for a kvlab.serving.stepsources.Deployment whose engine and TP are checked and whose GPU is
+        looked up (a Gpu): how the registry builds a source it names by class."""
+        raise NotImplementedError
+
     def basis(self) -> str:
         """What its figures were measured or fitted on, or how they are estimated, in one clause."""
         raise NotImplementedError

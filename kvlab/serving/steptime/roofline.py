@@ -115,6 +115,10 @@ class Roofline(StepTimeSource):
         self._kv_at: list[int] = []  # [C] KV bytes of one request at context c (index c >= 1), grown on demand
         self._flops_at: list[float] = []  # [C] attention FLOPs of one decode token at context c (same elementwise ops)
 
+    @classmethod
+    def for_deployment(cls, d) -> "Roofline":
+        return cls(d.model, d.gpu, d.engine, d.tp, d.kv_format, weights=d.weights)
+
     def basis(self) -> str:
         return (f"kvlab's weight, KV and FLOP counts for {self.spec.name} on {self.gpu.name} ({self.engine}, TP "
                 f"{self.tp}, KV {self.kv_format or 'own format'}) at {self.memory_efficiency:g} of "
