@@ -17,6 +17,7 @@ from ..errors import ParameterError
 from .router import route
 
 FAST_FORWARD_STEPS = 4096  # most decode steps one fast-forward prices at once
+FAST_FORWARD_CHUNK = 32  # decode steps a vLLM replica's fast-forward prices first (then twice as many, ...)
 
 
 class EventLoop:
@@ -89,23 +90,35 @@ class EventLoop:
         dt = model.step_s(prefill, decode)
         if self.fast_forward and not prefill and not self.logging:
             k = rep.decode_room(FAST_FORWARD_STEPS)
-            if k > 0:
-                h = self.horizon()
-                t = now + dt
-                if t < h:
-                    dts = model.decode_run_s(decode, k + 1).tolist()
-                    m, prev = 0, now
-                    while m < k and t < h:  # skipped step m + 1 starts at t, before anything can join it
-                        rep.busy_s += dts[m] if m else dt  # summed in the step loop's order, to the last bit
-                        prev = t
-                        t += dts[m + 1]
-                        m += 1
-                    rep.skip_decodes(m)
-                    rep.steps += m
-                    self.steps += m
-                    if m:
-                        now, dt = prev, dts[m]
+            if k > 0 and now + dt < self.horizon():
+                now, dt = self.skip_vllm(rep, decode, now, dt, k)
         self.busy(rep, now, dt)
+
+    def skip_vllm(self, rep, decode: list, now: float, dt: float, k: int) -> tuple[float, float]:
+        """Skip up to `k` decode steps after the one starting at `now` (lasting `dt`), each starting before the
+        horizon; returns the start and length of the last one, which becomes the step in flight. Step times are
+        priced in growing chunks (a stretch often ends well before `k`), their sums taken one by one in the step
+        loop's order, so the clock and busy time equal the step-by-step run's to the last bit."""
+        h, model = self.horizon(), self.model
+        dts = [dt]  # dts[j]: step j of the stretch (step 0 the one just scheduled)
+        m, t = 0, now + dt  # t: start of step m + 1
+        chunk = FAST_FORWARD_CHUNK
+        while m < k and t < h:
+            if m + 1 >= len(dts):
+                n = min(chunk, k + 1 - len(dts))
+                dts += model.decode_run_s([c + len(dts) for c in decode], n).tolist()
+                chunk *= 2
+            m += 1
+            t += dts[m]
+        m = rep.skip_decodes(m)  # fewer where the free queue runs short
+        if not m:
+            return now, dt
+        for j in range(m):  # summed in the step loop's order, to the last bit
+            rep.busy_s += dts[j]
+            now += dts[j]
+        rep.steps += m
+        self.steps += m
+        return now, dts[m]
 
     def step_legacy(self, rep, now: float) -> None:
         """Plan and start the legacy replica's next step at `now` (its previous one applied)."""

@@ -19,6 +19,7 @@ parallelism's several batches in flight.
 """
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -93,6 +94,7 @@ class VllmScheduler:
         self.waiting: deque[Req] = deque()  # FCFS
         self.running: list[Req] = []  # admission order
         self.preemptions = 0  # preemptions so far
+        self.stuck = None  # (free blocks, running) after a step whose admission decode steps cannot reopen, or None
 
     def add(self, req: Req) -> None:
         self.waiting.append(req)
@@ -190,6 +192,7 @@ class VllmScheduler:
                 decode.add(r.id)
             budget -= n
             i += 1
+        stuck = not preempted  # admission stopped for a reason that decode-only steps cannot lift
         if not preempted:
             skipped = []
             while self.waiting and budget > 0 and len(self.running) < k.max_num_seqs:
@@ -200,13 +203,16 @@ class VllmScheduler:
                 hit = []
                 if r.computed == 0 and self.pool.caching:
                     hit = self.pool.hit(self._keys(r, 0, (r.tokens - 1) // k.block_size))
-                n = r.tokens - len(hit) * k.block_size - r.computed
+                n = whole = r.tokens - len(hit) * k.block_size - r.computed
                 if 0 < threshold < n:
                     n = threshold
                 if not k.enable_chunked_prefill and n > budget:
                     break
                 n = min(n, budget)
                 if not self._allocate(r, n, hit, k.reserve_full_isl):
+                    # the whole input's blocks did not fit: taking free blocks only shortens the head's hit and
+                    # the free queue, so it stays out until blocks are freed (a cut chunk might fit later)
+                    stuck = k.reserve_full_isl or n == whole
                     break
                 self.waiting.popleft()
                 r.computed += len(hit) * k.block_size
@@ -218,6 +224,7 @@ class VllmScheduler:
                 budget -= n
             for r in reversed(skipped):
                 self.waiting.appendleft(r)
+            stuck = stuck and not skipped
         for r in self.running:
             n = tokens.get(r.id)
             if n is None:
@@ -228,7 +235,76 @@ class VllmScheduler:
                 samples.add(r.id)
                 if k.async_scheduling:
                     r.placeholders += 1
-        return Batch(tokens, samples, decode, preempted, self.pool.free_count(), hits)
+        free = self.pool.free_count()
+        # what the fast-forward checks before skipping steps with requests waiting (decode_room)
+        self.stuck = (free, len(self.running)) if stuck else None
+        return Batch(tokens, samples, decode, preempted, free, hits)
+
+    # -- fast-forward ---------------------------------------------------------------------------------------------
+    def decode_room(self, batch: Batch | None, most: int) -> int:
+        """Steps after `batch` (the step just scheduled, its predecessor applied) that the scheduler would form
+        alike, at most `most` (0: none): `batch` decodes one token of every running request, nothing it did can
+        change who runs (no request waits, or admission stopped for good: see `stuck`; nothing freed since), and
+        no request samples its last token (or nears it: async scheduling's guard) or reaches max_model_len.
+        Block boundaries inside the stretch are `skip_decodes`' to take, in order."""
+        if batch is None or len(batch.tokens) != len(self.running) or len(batch.decode) != len(batch.tokens):
+            return 0
+        if self.waiting and self.stuck != (self.pool.free_count(), len(self.running)):
+            return 0
+        mml, extra = self.k.max_model_len, 0 if self.k.async_scheduling else 1
+        k = most
+        for r in self.running:
+            g = r.out + r.placeholders + extra  # samples applied or in flight
+            k = min(k, min(r.max_tokens, mml - r.prompt) - g - 2)
+            if k <= 0:
+                return 0
+        return k
+
+    def skip_decodes(self, m: int) -> int:
+        """Apply up to `m` decode steps of the whole running batch after the step in flight (`decode_room` allows
+        them), as `schedule` and `update` would one by one: every request computes and lands one token a step;
+        a request reaching a block boundary takes its next block and hashes the block it filled, in step order
+        and, within a step, in running order (what the free queue hands out depends on it). Stops before a step
+        whose new blocks the free queue cannot give (the step loop would preempt there). Returns the steps
+        applied; the step in flight stays one like them."""
+        bs, caching = self.k.block_size, self.pool.caching
+        extra = 0 if self.k.async_scheduling else 1
+        free = self.pool.free_count()
+        running = self.running
+        # request idx's state at skipped step i's scheduling: computed c1 + i - 1, tokens t1 + i - 1
+        c1 = [r.computed for r in running]
+        t1 = [r.prompt + r.out + extra for r in running]
+
+        def nxt(idx: int) -> int:  # the next step at which request idx takes or hashes a block
+            r = running[idx]
+            i = len(r.blocks) * bs - c1[idx] + 1
+            if caching:
+                i = min(i, (r.cached_upto + 1) * bs - t1[idx] + 1)
+            return max(i, 1)
+
+        events = [(nxt(j), j) for j in range(len(running))]
+        heapq.heapify(events)
+        while events and events[0][0] <= m:
+            i = events[0][0]
+            group = []
+            takes = 0
+            while events and events[0][0] == i:
+                j = heapq.heappop(events)[1]
+                group.append(j)
+                takes += len(running[j].blocks) * bs == c1[j] + i - 1
+            if takes > free:  # the step loop would preempt at step i: stop before it
+                m = i - 1
+                break
+            free -= takes
+            for j in group:
+                r = running[j]
+                r.computed, r.out = c1[j] + i - 1, t1[j] + i - 1 - r.prompt
+                self._allocate(r, 1)
+                heapq.heappush(events, (nxt(j), j))
+        for j, r in enumerate(running):
+            r.computed = c1[j] + m
+            r.out = t1[j] - r.prompt - extra + m
+        return m
 
     def _preempt(self, r: Req) -> None:
         self._free(r)

@@ -1,0 +1,131 @@
+"""The vLLM replica's fast-forward across block boundaries and past waiting requests that cannot be admitted
+(VllmScheduler.decode_room / skip_decodes): the skipped steps leave the scheduler exactly where the step loop
+leaves it (every request's counters and blocks, the pool's free queue, hashes and reference counts, compared at
+every skip), so every per-request time and every figure of the run is the step loop's; on vLLM 0.33's own fixture
+streams the fast run still agrees with vLLM request for request."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from schedcheck import _config, load, trace_of, unit_steps
+
+from kvlab.serving.replica import VllmReplica
+from kvlab.serving.scheduler import VllmScheduler
+from kvlab.serving.simulator import ServeConfig, simulate_serving
+from kvlab.serving.stepmodel import AffineStepModel
+from kvlab.sim.traces import load_trace
+
+STREAMS = load()
+PER_REQUEST = ("arrival_s", "queue_s", "ttft_s", "tpot_s", "e2e_s", "rejected", "output_tokens", "request_preemptions",
+               "prefix_hit_tokens", "busy_s")
+
+
+def state(s: VllmScheduler) -> tuple:
+    """Everything of a scheduler a later step can read: requests in queue order with every counter and block, the
+    pool's reference counts, hashes, cached blocks per key (in order), free queue parts (in order)."""
+    p = s.pool
+    req = lambda r: (r.id, r.computed, r.out, r.placeholders, r.inflight, r.stale, tuple(r.blocks), r.cached_upto,
+                     r.finished, r.hit_tokens, r.preemptions)
+    return ([req(r) for r in s.running], [req(r) for r in s.waiting], sorted(p.ref.items()), sorted(p.key.items()),
+            sorted((k, list(v)) for k, v in p.cached.items()), sorted(p.first.items()), list(p.head_q), p.fresh,
+            list(p.tail_q), s.preemptions)
+
+
+def run_with_states(tr, cfg, model, fast: bool, at: set | None = None):
+    """(result, {(replica, step index): state}): with `fast`, the state after every fast-forward, keyed by the step
+    then in flight; without, the state after the step loop schedules each step in `at`."""
+    states, skips = {}, []
+    skip, step = VllmReplica.skip_decodes, VllmReplica.step
+
+    def spy_skip(self, m):
+        before = (self.sched.pool.free_count(), len(self.sched.waiting))
+        got = skip(self, m)
+        if got:
+            states[(self.index, self.steps + got)] = state(self.sched)
+            skips.append((m, got, before[0] - self.sched.pool.free_count(), before[1]))
+        return got
+
+    def spy_step(self, now):
+        out = step(self, now)
+        if at is not None and (self.index, self.steps) in at:
+            states[(self.index, self.steps)] = state(self.sched)
+        return out
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(VllmReplica, "skip_decodes", spy_skip)
+    mp.setattr(VllmReplica, "step", spy_step)
+    try:
+        res = simulate_serving(tr, cfg, model, fast_forward=fast)
+    finally:
+        mp.undo()
+    return res, states, skips
+
+
+def pressured(**knobs):
+    """A pool that 300 synthetic agent requests (turns of a session share their prefix) fill: requests wait, some are
+    preempted, decodes cross block boundaries."""
+    return ServeConfig(replicas=1, pool_tokens=24_000, max_num_seqs=32, cache_blocks=(1_500, 0, 0), **knobs)
+
+
+CASES = {
+    "default": pressured(),
+    "sync": pressured(async_scheduling=False),
+    "first-chunk-admission": pressured(reserve_full_isl=False),
+    "no-prefix-caching": pressured(prefix_caching=False),
+    "long-prefill-threshold": pressured(long_prefill_token_threshold=256),
+    "two-replicas-prefix-router": replace(pressured(), replicas=2, router="prefix"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_skipped_steps_leave_the_scheduler_as_the_step_loop_does(name):
+    tr = load_trace("synthetic", limit=300, seed=3)
+    model = replace(AffineStepModel.fitted(), prefill_token_s=50e-6)
+    fast, states, skips = run_with_states(tr, CASES[name], model, True)
+    slow, want, _ = run_with_states(tr, CASES[name], model, False, set(states))
+    assert states, "nothing was fast-forwarded"
+    assert set(want) == set(states)
+    for key in states:
+        assert states[key] == want[key], f"replica {key[0]}, step {key[1]}"
+    for f in PER_REQUEST:
+        assert np.array_equal(getattr(fast, f), getattr(slow, f), equal_nan=True), f
+    assert fast.steps == slow.steps and fast.preemptions == slow.preemptions
+    assert fast.summary() == slow.summary()
+    # the stretches this change adds: blocks taken inside a stretch, and stretches with requests waiting
+    assert any(took > 0 for _, _, took, _ in skips), "no stretch crossed a block boundary"
+    if name in ("default", "sync"):
+        assert any(waiting > 0 for _, _, _, waiting in skips), "no stretch ran with requests waiting"
+
+
+def test_the_stretch_stops_where_the_free_queue_runs_out():
+    """A pool so small that decodes use up the free queue: stretches stop short of the step that would preempt,
+    and the run still is the step loop's (preemptions included)."""
+    tr = load_trace("synthetic", limit=150, seed=5)
+    cfg = ServeConfig(replicas=1, pool_tokens=16_000, max_num_seqs=64, cache_blocks=(1_000, 0, 0))
+    model = AffineStepModel.fitted()
+    fast, states, skips = run_with_states(tr, cfg, model, True)
+    slow, want, _ = run_with_states(tr, cfg, model, False, set(states))
+    assert slow.preemptions > 0
+    assert any(got < asked for asked, got, _, _ in skips), "no stretch stopped for want of free blocks"
+    assert states == want
+    for f in PER_REQUEST:
+        assert np.array_equal(getattr(fast, f), getattr(slow, f), equal_nan=True), f
+
+
+@pytest.mark.parametrize("s", STREAMS, ids=lambda s: s["name"])
+def test_fast_forward_agrees_with_vllm(s):
+    """vLLM 0.33's decisions on the fixture streams, with the fast-forward on (the step records, which switch it
+    off, are test_vllm_scheduler's)."""
+    res = simulate_serving(trace_of(s), _config(s["config"]), unit_steps())
+    pr = s["per_request"]
+    ok = ~np.array([o["rejected"] for o in pr])
+    step = lambda key: np.array([np.nan if o[key] is None else o[key] for o in pr], float)
+    np.testing.assert_array_equal((res.arrival_s + res.ttft_s - 1)[ok], step("first_token")[ok])
+    np.testing.assert_array_equal((res.arrival_s + res.e2e_s - 1)[ok], step("finish")[ok])
+    np.testing.assert_array_equal((res.arrival_s + res.queue_s)[ok], step("admitted")[ok])
+    np.testing.assert_array_equal(res.request_preemptions, [o["preemptions"] for o in pr])
+    logged = simulate_serving(trace_of(s), _config(s["config"]), unit_steps(), record_steps=True)
+    assert (res.steps, res.busy_s.tolist()) == (logged.steps, logged.busy_s.tolist())
