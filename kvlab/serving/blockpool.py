@@ -10,23 +10,31 @@ the free queue but keeps its hash until it is taken again.
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import compress, islice, repeat
 
 
 class BlockPool:
     """Blocks of one replica's KV pool. The free queue is kept in three parts so that a pool of millions of blocks
     costs nothing until it is used: blocks put back at the head (unhashed), the never-used blocks (a range, in
-    order), blocks put back at the tail (hashed); state is kept only for blocks that were handed out."""
+    order), blocks put back at the tail (hashed); state is kept only for blocks that were handed out. A request
+    takes, hashes and frees hundreds of blocks at once, so each of those is done with bulk dict operations over
+    the whole run, one Python step per block only where blocks are shared or a key has several blocks."""
 
     def __init__(self, num_blocks: int, caching: bool = True):
         self.num_blocks = num_blocks  # blocks in the pool, the null block included
         self.caching = caching  # prefix caching on
         self.ref: dict[int, int] = {}  # requests holding each block handed out (absent: 0)
         self.key: dict = {}  # hash key of a full cached block (absent: not cached)
-        self.cached: dict = {}  # key -> {block: None}, first cached first (vLLM keeps every block of a key)
-        self.first: dict = {}  # key -> the first block of cached[key] (what a hit takes)
+        self.first: dict = {}  # key -> the first block cached under it (what a hit takes)
+        self.more: dict = {}  # key -> {block: None}: its other cached blocks, first cached first (absent: none)
         self.head_q: OrderedDict[int, None] = OrderedDict()  # free blocks before the never-used ones
         self.fresh = 1  # next never-used block (block 0: vLLM's null block, popped at start and never freed)
         self.tail_q: OrderedDict[int, None] = OrderedDict()  # free blocks after the never-used ones (LRU order)
+
+    @property
+    def cached(self) -> dict:
+        """key -> [blocks cached under it], first cached first (vLLM keeps every block of a key)."""
+        return {k: [b, *self.more.get(k, ())] for k, b in self.first.items()}
 
     def free_count(self) -> int:
         return len(self.head_q) + (self.num_blocks - self.fresh) + len(self.tail_q)
@@ -47,17 +55,17 @@ class BlockPool:
         return len(blocks) - sum(map(self.ref.__contains__, blocks))
 
     def touch(self, blocks) -> None:
-        ref, head_q, tail_q = self.ref, self.head_q, self.tail_q
-        for b in blocks:
-            c = ref.get(b)
-            if c:
-                ref[b] = c + 1
-            else:
-                if b in head_q:
-                    del head_q[b]
-                else:
-                    del tail_q[b]
-                ref[b] = 1
+        """Hold each of `blocks` (cache hits) once more; a free one leaves the free queue."""
+        ref = self.ref
+        counts = list(map(ref.get, blocks, repeat(0)))
+        ref.update(zip(blocks, [c + 1 for c in counts]))
+        if 0 in counts:
+            idle = list(compress(blocks, [c == 0 for c in counts]))
+            gone = list(map(self.tail_q.pop, idle, repeat(0)))  # None: it sat in the tail (values are None)
+            if 0 in gone:
+                for b, g in zip(idle, gone):
+                    if g == 0:
+                        del self.head_q[b]
 
     def take(self, n: int) -> list[int]:
         """`n` free blocks in free-queue order (the head's, then never-used ones, then the tail's, least recently
@@ -74,21 +82,14 @@ class BlockPool:
             n -= m
         else:
             fresh = ()
-        tail_q = self.tail_q
-        for _ in range(n):
-            out.append(tail_q.popitem(last=False)[0])
-        key, cached, first = self.key, self.cached, self.first
-        for b in out:
-            k = key.pop(b, None)
-            if k is not None:
-                bs = cached[k]
-                del bs[b]
-                if not bs:
-                    del cached[k]
-                    del first[k]
-                elif first[k] == b:
-                    first[k] = next(iter(bs))
-            ref[b] = 1
+        if n:
+            tail_q = self.tail_q
+            tail = list(islice(tail_q, n))
+            list(map(tail_q.pop, tail))
+            out += tail
+        if out:
+            self._unhash(out)
+            ref.update(dict.fromkeys(out, 1))
         if fresh:
             ref.update(dict.fromkeys(fresh, 1))
             if len(out) == 0:
@@ -97,51 +98,82 @@ class BlockPool:
             out[k:k] = fresh
         return out
 
+    def _unhash(self, blocks) -> None:
+        """Drop the hash each of `blocks` carries (a block taken anew), keeping its key's other blocks cached."""
+        ks = list(map(self.key.pop, blocks, repeat(None)))
+        first, more = self.first, self.more
+        if not more:  # every key has one block: drop them all at once
+            list(map(first.pop, [k for k in ks if k is not None]))
+            return
+        for b, k in zip(blocks, ks):
+            if k is None:
+                continue
+            bs = more.get(k)
+            if bs is None:
+                del first[k]
+            elif first[k] == b:
+                first[k] = next(iter(bs))
+                del bs[first[k]]
+                if not bs:
+                    del more[k]
+            else:
+                del bs[b]
+                if not bs:
+                    del more[k]
+
     def cache(self, b: int, k) -> None:
         """Hash full block `b` under key `k` (another block of the same key stays cached beside it)."""
-        if not self.caching or b in self.key:
-            return
-        self.key[b] = k
-        if k in self.cached:
-            self.cached[k][b] = None
-        else:
-            self.cached[k] = {b: None}
-            self.first[k] = b
+        self.cache_many([b], [k])
 
     def cache_many(self, blocks, keys) -> None:
-        """`cache(b, k)` for each pair, in order."""
-        if not self.caching:
+        """`cache(b, k)` for each pair, in order (a block hashed already keeps its hash)."""
+        if not self.caching or not blocks:
             return
-        key, cached, first = self.key, self.cached, self.first
-        for b, k in zip(blocks, keys):
-            if b in key:
-                continue
-            key[b] = k
-            d = cached.get(k)
-            if d is None:
-                cached[k] = {b: None}
-                first[k] = b
+        key, first = self.key, self.first
+        known = list(map(key.__contains__, blocks))
+        if True in known:  # hits at the front are hashed already
+            if all(known):
+                return
+            j = known.index(False)
+            if True in known[j:]:
+                pairs = [(b, k) for b, k, kn in zip(blocks, keys, known) if not kn]
+                blocks, keys = [b for b, _ in pairs], [k for _, k in pairs]
             else:
-                d[b] = None
+                blocks, keys = blocks[j:], keys[j:]
+        keys = list(keys)
+        if True not in map(first.__contains__, keys) and len(set(keys)) == len(keys):
+            first.update(zip(keys, blocks))  # every key new and distinct: each block is its key's first
+            key.update(zip(blocks, keys))
+            return
+        more = self.more
+        for b, k in zip(blocks, keys):
+            key[b] = k
+            if k in first:
+                d = more.get(k)
+                if d is None:
+                    more[k] = {b: None}
+                else:
+                    d[b] = None
+            else:
+                first[k] = b
 
     def free(self, blocks) -> None:
         """Release one request's blocks, its last block first (vLLM frees in reverse, so the tail is evicted first):
         a block no longer held goes to the back of the free queue if it is hashed (LRU), to the front if not
         (vLLM reuses blocks that can never hit first: block_pool.py free_blocks)."""
-        first = []
-        ref, key, tail_q = self.ref, self.key, self.tail_q
-        for b in reversed(blocks):
-            c = ref[b] - 1
-            if c == 0:
-                del ref[b]
-                if b in key:
-                    tail_q[b] = None
-                else:
-                    first.append(b)
-            else:
-                ref[b] = c
-        if first:
-            head_q = self.head_q
-            for b in reversed(first):
-                head_q[b] = None
-                head_q.move_to_end(b, last=False)
+        ref, key = self.ref, self.key
+        rev = blocks[::-1]
+        counts = list(map(ref.pop, rev))
+        if max(counts, default=1) > 1:  # shared blocks stay held by the others
+            ref.update((b, c - 1) for b, c in zip(rev, counts) if c > 1)
+            rev = [b for b, c in zip(rev, counts) if c == 1]
+        hashed = list(map(key.__contains__, rev))
+        if False not in hashed:
+            self.tail_q.update(dict.fromkeys(rev))
+            return
+        self.tail_q.update(dict.fromkeys(compress(rev, hashed)))
+        first = list(compress(rev, [not h for h in hashed]))
+        head_q = self.head_q
+        for b in reversed(first):
+            head_q[b] = None
+            head_q.move_to_end(b, last=False)

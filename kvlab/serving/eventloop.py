@@ -90,16 +90,21 @@ class EventLoop:
         dt = model.step_s(prefill, decode)
         if self.fast_forward and not prefill and not self.logging:
             k = rep.decode_room(FAST_FORWARD_STEPS)
-            if k > 0 and now + dt < self.horizon():
-                now, dt = self.skip_vllm(rep, decode, now, dt, k)
+            if k > 0:
+                # a closed replica's stretch runs past arrivals (they queue behind requests that cannot join),
+                # unless the prefix router reads its pool when routing them
+                h = math.inf if rep.closed() and (self.cfg.router != "prefix" or len(self.reps) == 1) \
+                    else self.horizon()
+                if now + dt < h:
+                    now, dt = self.skip_vllm(rep, decode, now, dt, k, h)
         self.busy(rep, now, dt)
 
-    def skip_vllm(self, rep, decode: list, now: float, dt: float, k: int) -> tuple[float, float]:
-        """Skip up to `k` decode steps after the one starting at `now` (lasting `dt`), each starting before the
-        horizon; returns the start and length of the last one, which becomes the step in flight. Step times are
+    def skip_vllm(self, rep, decode: list, now: float, dt: float, k: int, h: float) -> tuple[float, float]:
+        """Skip up to `k` decode steps after the one starting at `now` (lasting `dt`), each starting before `h`
+        (the horizon); returns the start and length of the last one, which becomes the step in flight. Step times are
         priced in growing chunks (a stretch often ends well before `k`), their sums taken one by one in the step
         loop's order, so the clock and busy time equal the step-by-step run's to the last bit."""
-        h, model = self.horizon(), self.model
+        model = self.model
         dts = [dt]  # dts[j]: step j of the stretch (step 0 the one just scheduled)
         m, t = 0, now + dt  # t: start of step m + 1
         chunk = FAST_FORWARD_CHUNK

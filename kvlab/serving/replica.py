@@ -268,6 +268,10 @@ class VllmReplica:
         `most`): VllmScheduler.decode_room."""
         return self.sched.decode_room(self.inflight, most)
 
+    def closed(self) -> bool:
+        """No request can join this replica's batch until a running one finishes (VllmScheduler.closed)."""
+        return self.sched.closed()
+
     def skip_decodes(self, m: int) -> int:
         """Apply up to `m` such steps at once (VllmScheduler.skip_decodes: fewer where the free queue runs short
         of the blocks they grow into); returns how many were applied. The step in flight stays one like them."""
@@ -341,7 +345,7 @@ class _PoolPeek:
 
     def peek(self, blocks) -> int:
         bt, bs = self.rep.a.trace.block_tokens, self.rep.sched.k.block_size
-        cached = self.rep.sched.pool.cached
+        cached = self.rep.sched.pool.first  # the keys cached
         end = (bt // bs) * bs - 1  # where in a trace block its last full KV block ends
         if end < 0:  # trace blocks shorter than a KV block: no key ends inside one
             return 0

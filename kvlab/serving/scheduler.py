@@ -260,6 +260,11 @@ class VllmScheduler:
                 return 0
         return k
 
+    def closed(self) -> bool:
+        """Requests wait, and none can be admitted until a running one finishes (see `stuck`): a request arriving
+        now only queues behind them."""
+        return bool(self.waiting) and self.stuck == (self.pool.free_count(), len(self.running))
+
     def skip_decodes(self, m: int) -> int:
         """Apply up to `m` decode steps of the whole running batch after the step in flight (`decode_room` allows
         them), as `schedule` and `update` would one by one: every request computes and lands one token a step;
