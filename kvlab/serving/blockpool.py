@@ -70,6 +70,8 @@ class BlockPool:
     def take(self, n: int) -> list[int]:
         """`n` free blocks in free-queue order (the head's, then never-used ones, then the tail's, least recently
         freed first), each dropping the hash it carried; held once each."""
+        if n == 1:  # a decode crossing a block boundary: the common case, done directly
+            return [self._take_one()]
         out = []
         head_q, ref = self.head_q, self.ref
         while n and head_q:
@@ -98,13 +100,38 @@ class BlockPool:
             out[k:k] = fresh
         return out
 
+    def _take_one(self) -> int:
+        """`take(1)`'s block."""
+        if self.head_q:
+            b = self.head_q.popitem(last=False)[0]
+        elif self.fresh < self.num_blocks:
+            b = self.fresh
+            self.fresh += 1
+            self.ref[b] = 1
+            return b
+        else:
+            b = self.tail_q.popitem(last=False)[0]
+        k = self.key.pop(b, None)
+        if k is not None:
+            if k in self.more:
+                self._unhash_slow([b], [k])
+            else:
+                del self.first[k]
+        self.ref[b] = 1
+        return b
+
     def _unhash(self, blocks) -> None:
         """Drop the hash each of `blocks` carries (a block taken anew), keeping its key's other blocks cached."""
         ks = list(map(self.key.pop, blocks, repeat(None)))
         first, more = self.first, self.more
         if not more:  # every key has one block: drop them all at once
             list(map(first.pop, [k for k in ks if k is not None]))
-            return
+        else:
+            self._unhash_slow(blocks, ks)
+
+    def _unhash_slow(self, blocks, ks) -> None:
+        """`_unhash` one block at a time (`ks`: the keys they carried, None: none), where a key has several."""
+        first, more = self.first, self.more
         for b, k in zip(blocks, ks):
             if k is None:
                 continue
@@ -130,6 +157,16 @@ class BlockPool:
         if not self.caching or not blocks:
             return
         key, first = self.key, self.first
+        if len(blocks) == 1:  # a decode filling a block: the common case, done directly
+            b = blocks[0]
+            if b not in key:
+                k = keys[0]
+                key[b] = k
+                if k in first:
+                    self.more.setdefault(k, {})[b] = None
+                else:
+                    first[k] = b
+            return
         known = list(map(key.__contains__, blocks))
         if True in known:  # hits at the front are hashed already
             if all(known):
