@@ -9,8 +9,8 @@ the free queue but keeps its hash until it is taken again.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-from itertools import compress, islice, repeat
+from collections import OrderedDict, deque
+from itertools import compress, repeat
 
 
 class BlockPool:
@@ -19,6 +19,8 @@ class BlockPool:
     order), blocks put back at the tail (hashed); state is kept only for blocks that were handed out. A request
     takes, hashes and frees hundreds of blocks at once, so each of those is done with bulk dict operations over
     the whole run, one Python step per block only where blocks are shared or a key has several blocks."""
+
+    SLACK = 4096  # stale tail entries kept beyond as many as live ones before the tail is compacted
 
     def __init__(self, num_blocks: int, caching: bool = True):
         self.num_blocks = num_blocks  # blocks in the pool, the null block included
@@ -29,7 +31,13 @@ class BlockPool:
         self.more: dict = {}  # key -> {block: None}: its other cached blocks, first cached first (absent: none)
         self.head_q: OrderedDict[int, None] = OrderedDict()  # free blocks before the never-used ones
         self.fresh = 1  # next never-used block (block 0: vLLM's null block, popped at start and never freed)
-        self.tail_q: OrderedDict[int, None] = OrderedDict()  # free blocks after the never-used ones (LRU order)
+        # free blocks after the never-used ones, least recently freed first, kept as the batches `free` put there
+        # (a request's blocks at once): a block taken back by a hit is only dropped from `tail_at`, and its entry
+        # in its batch skipped when the queue reaches it (or dropped when stale entries outnumber live ones)
+        self.tail_at: dict[int, int] = {}  # block in the tail -> the batch it was freed in
+        self.tail: deque = deque()  # [batch number, blocks, place of the first not passed yet], oldest first
+        self.batches = 0  # batches put in the tail so far
+        self.entries = 0  # entries of `tail` not passed yet, stale ones included
 
     @property
     def cached(self) -> dict:
@@ -37,7 +45,12 @@ class BlockPool:
         return {k: [b, *self.more.get(k, ())] for k, b in self.first.items()}
 
     def free_count(self) -> int:
-        return len(self.head_q) + (self.num_blocks - self.fresh) + len(self.tail_q)
+        return len(self.head_q) + (self.num_blocks - self.fresh) + len(self.tail_at)
+
+    def tail_blocks(self) -> list[int]:
+        """The free blocks after the never-used ones, in free-queue order."""
+        at = self.tail_at
+        return [b for i, bl, pos in self.tail for b in bl[pos:] if at.get(b) == i]
 
     def hit(self, keys) -> list[int]:
         """Blocks cached for the longest run of leading keys."""
@@ -61,10 +74,10 @@ class BlockPool:
         ref.update(zip(blocks, [c + 1 for c in counts]))
         if 0 in counts:
             idle = list(compress(blocks, [c == 0 for c in counts]))
-            gone = list(map(self.tail_q.pop, idle, repeat(0)))  # None: it sat in the tail (values are None)
-            if 0 in gone:
+            gone = list(map(self.tail_at.pop, idle, repeat(-1)))  # -1: not in the tail
+            if -1 in gone:
                 for b, g in zip(idle, gone):
-                    if g == 0:
+                    if g == -1:
                         del self.head_q[b]
 
     def take(self, n: int) -> list[int]:
@@ -85,10 +98,7 @@ class BlockPool:
         else:
             fresh = ()
         if n:
-            tail_q = self.tail_q
-            tail = list(islice(tail_q, n))
-            list(map(tail_q.pop, tail))
-            out += tail
+            out += self._take_tail(n)
         if out:
             self._unhash(out)
             ref.update(dict.fromkeys(out, 1))
@@ -110,7 +120,7 @@ class BlockPool:
             self.ref[b] = 1
             return b
         else:
-            b = self.tail_q.popitem(last=False)[0]
+            b = self._take_tail(1)[0]
         k = self.key.pop(b, None)
         if k is not None:
             if k in self.more:
@@ -119,6 +129,33 @@ class BlockPool:
                 del self.first[k]
         self.ref[b] = 1
         return b
+
+    def _take_tail(self, n: int) -> list[int]:
+        """The first `n` blocks of the tail, taken out of it."""
+        at, tail = self.tail_at, self.tail
+        out = []
+        while n:
+            batch = tail[0]
+            i, bl, pos = batch
+            end = min(pos + n, len(bl))
+            got = [b for b in bl[pos:end] if at.get(b) == i]  # live (a block hit since, or freed again, is not)
+            self.entries -= end - pos
+            if end == len(bl):
+                tail.popleft()
+            else:
+                batch[2] = end
+            out += got
+            n -= len(got)
+        list(map(at.pop, out))
+        return out
+
+    def _compact(self) -> None:
+        """One batch of the tail's live blocks, in order, when stale entries outnumber them."""
+        live = self.tail_blocks()
+        self.tail_at = dict.fromkeys(live, self.batches)
+        self.tail = deque([[self.batches, live, 0]])
+        self.batches += 1
+        self.entries = len(live)
 
     def _unhash(self, blocks) -> None:
         """Drop the hash each of `blocks` carries (a block taken anew), keeping its key's other blocks cached."""
@@ -206,11 +243,22 @@ class BlockPool:
             rev = [b for b, c in zip(rev, counts) if c == 1]
         hashed = list(map(key.__contains__, rev))
         if False not in hashed:
-            self.tail_q.update(dict.fromkeys(rev))
+            self._to_tail(rev)
             return
-        self.tail_q.update(dict.fromkeys(compress(rev, hashed)))
+        self._to_tail(list(compress(rev, hashed)))
         first = list(compress(rev, [not h for h in hashed]))
         head_q = self.head_q
         for b in reversed(first):
             head_q[b] = None
             head_q.move_to_end(b, last=False)
+
+    def _to_tail(self, blocks: list) -> None:
+        """Put `blocks` (no longer held, hashed) at the back of the free queue, in order."""
+        if not blocks:
+            return
+        self.tail_at.update(dict.fromkeys(blocks, self.batches))
+        self.tail.append([self.batches, blocks, 0])
+        self.batches += 1
+        self.entries += len(blocks)
+        if self.entries > 2 * len(self.tail_at) + self.SLACK:
+            self._compact()
