@@ -9,8 +9,9 @@ the free queue but keeps its hash until it is taken again.
 """
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from itertools import compress, repeat
+from operator import not_, sub
 
 
 class BlockPool:
@@ -37,6 +38,7 @@ class BlockPool:
         self.tail_at: dict[int, int] = {}  # block in the tail -> the batch it was freed in
         self.tail: deque = deque()  # [batch number, blocks, place of the first not passed yet], oldest first
         self.batches = 0  # batches put in the tail so far
+        self.live: dict[int, int] = {}  # batch -> its blocks still in the tail (absent once passed)
         self.entries = 0  # entries of `tail` not passed yet, stale ones included
 
     @property
@@ -50,7 +52,8 @@ class BlockPool:
     def tail_blocks(self) -> list[int]:
         """The free blocks after the never-used ones, in free-queue order."""
         at = self.tail_at
-        return [b for i, bl, pos in self.tail for b in bl[pos:] if at.get(b) == i]
+        live = self.live
+        return [b for i, bl, pos in self.tail if live[i] for b in bl[pos:] if at.get(b) == i]
 
     def hit(self, keys) -> list[int]:
         """Blocks cached for the longest run of leading keys."""
@@ -75,6 +78,10 @@ class BlockPool:
         if 0 in counts:
             idle = list(compress(blocks, [c == 0 for c in counts]))
             gone = list(map(self.tail_at.pop, idle, repeat(-1)))  # -1: not in the tail
+            live = self.live
+            for i, c in Counter(gone).items():
+                if i >= 0:
+                    live[i] -= c
             if -1 in gone:
                 for b, g in zip(idle, gone):
                     if g == -1:
@@ -132,16 +139,23 @@ class BlockPool:
 
     def _take_tail(self, n: int) -> list[int]:
         """The first `n` blocks of the tail, taken out of it."""
-        at, tail = self.tail_at, self.tail
+        at, tail, live = self.tail_at, self.tail, self.live
         out = []
         while n:
             batch = tail[0]
             i, bl, pos = batch
+            if not live[i]:  # every block of it was hit since: pass it whole
+                self.entries -= len(bl) - pos
+                tail.popleft()
+                del live[i]
+                continue
             end = min(pos + n, len(bl))
             got = [b for b in bl[pos:end] if at.get(b) == i]  # live (a block hit since, or freed again, is not)
             self.entries -= end - pos
+            live[i] -= len(got)
             if end == len(bl):
                 tail.popleft()
+                del live[i]
             else:
                 batch[2] = end
             out += got
@@ -154,6 +168,7 @@ class BlockPool:
         live = self.tail_blocks()
         self.tail_at = dict.fromkeys(live, self.batches)
         self.tail = deque([[self.batches, live, 0]])
+        self.live = {self.batches: len(live)}
         self.batches += 1
         self.entries = len(live)
 
@@ -239,8 +254,9 @@ class BlockPool:
         rev = blocks[::-1]
         counts = list(map(ref.pop, rev))
         if max(counts, default=1) > 1:  # shared blocks stay held by the others
-            ref.update((b, c - 1) for b, c in zip(rev, counts) if c > 1)
-            rev = [b for b, c in zip(rev, counts) if c == 1]
+            left = list(map(sub, counts, repeat(1)))
+            ref.update(compress(zip(rev, left), left))
+            rev = list(compress(rev, map(not_, left)))
         hashed = list(map(key.__contains__, rev))
         if False not in hashed:
             self._to_tail(rev)
@@ -258,6 +274,7 @@ class BlockPool:
             return
         self.tail_at.update(dict.fromkeys(blocks, self.batches))
         self.tail.append([self.batches, blocks, 0])
+        self.live[self.batches] = len(blocks)
         self.batches += 1
         self.entries += len(blocks)
         if self.entries > 2 * len(self.tail_at) + self.SLACK:

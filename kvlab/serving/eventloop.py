@@ -6,7 +6,9 @@ time is in, so requests arriving in the same step are admitted together; the leg
 step on an arrival at an idle replica. Each step lasts what the StepModel says (kvlab.serving.stepmodel: the one
 step-time protocol). With `fast_forward`, a replica whose batch only decodes and which nothing can join before the
 run's next event applies its steps up to that event at once, priced by the model's `decode_run_s` and added to its
-busy time and clock one by one in the step loop's order, so every figure equals the step-by-step run's.
+busy time and clock one by one in the step loop's order, so every figure equals the step-by-step run's. A vLLM
+replica's stretch takes the blocks its decodes grow into on the way (VllmScheduler.skip_decodes) and, while
+requests wait that cannot be admitted until a running one finishes, runs past arrivals (they only queue).
 """
 from __future__ import annotations
 
