@@ -4,9 +4,12 @@ Events are arrivals (time, 1, request) and step ends (time, 0, replica), taken i
 (kvlab.serving.replica.VllmReplica, run by kvlab.serving.scheduler.VllmScheduler) steps once every event of its
 time is in, so requests arriving in the same step are admitted together. Each step lasts what the StepModel says
 (kvlab.serving.stepmodel: the one step-time protocol), plus the seconds its admissions spend loading prefix hits
-from DRAM / SSD (kvlab.serving.hosttiers). With `fast_forward`, a replica whose batch only decodes and which nothing can join before the
-run's next event applies its steps up to that event at once, priced by the model's `decode_run_s` and added to its
-busy time and clock one by one in the step loop's order, so every figure equals the step-by-step run's.
+from DRAM / SSD (kvlab.serving.hosttiers). With `fast_forward`, a replica whose batch only decodes and which
+nothing can join before the run's next event applies its steps up to that event at once, priced by the model's
+`decode_run_s` and added to its busy time and clock one by one in the step loop's order, so every figure equals the
+step-by-step run's. A stretch takes the blocks its decodes grow into on the way (VllmScheduler.skip_decodes; host
+tiers place what they evict at each skipped step's time) and, while requests wait that cannot be admitted until a
+running one finishes, runs past arrivals (they only queue).
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from ..errors import ParameterError
 from .router import route
 
 FAST_FORWARD_STEPS = 4096  # most decode steps one fast-forward prices at once
+FAST_FORWARD_CHUNK = 32  # decode steps a vLLM replica's fast-forward prices first (then twice as many, ...)
 
 
 class EventLoop:
@@ -89,22 +93,41 @@ class EventLoop:
         if self.fast_forward and not prefill and not self.logging:
             k = rep.decode_room(FAST_FORWARD_STEPS)
             if k > 0:
-                h = self.horizon()
-                t = now + dt
-                if t < h:
-                    dts = model.decode_run_s(decode, k + 1).tolist()
-                    m, prev = 0, now
-                    while m < k and t < h:  # skipped step m + 1 starts at t, before anything can join it
-                        rep.busy_s += dts[m] if m else dt  # summed in the step loop's order, to the last bit
-                        prev = t
-                        t += dts[m + 1]
-                        m += 1
-                    rep.skip_decodes(m)
-                    rep.steps += m
-                    self.steps += m
-                    if m:
-                        now, dt = prev, dts[m]
+                # a closed replica's stretch runs past arrivals (they queue behind requests that cannot join),
+                # unless the prefix router reads its pool when routing them
+                h = math.inf if rep.closed() and (self.cfg.router != "prefix" or len(self.reps) == 1) \
+                    else self.horizon()
+                if now + dt < h:
+                    now, dt = self.skip_vllm(rep, decode, now, dt, k, h)
         self.busy(rep, now, dt)
+
+    def skip_vllm(self, rep, decode: list, now: float, dt: float, k: int, h: float) -> tuple[float, float]:
+        """Skip up to `k` decode steps after the one starting at `now` (lasting `dt`), each starting before `h`
+        (the horizon); returns the start and length of the last one, which becomes the step in flight. Step times are
+        priced in growing chunks (a stretch often ends well before `k`), their sums taken one by one in the step
+        loop's order, so the clock and busy time equal the step-by-step run's to the last bit."""
+        model = self.model
+        dts = [dt]  # dts[j]: step j of the stretch (step 0 the one just scheduled)
+        m, t = 0, now + dt  # t: start of step m + 1
+        starts = [now]  # starts[j]: when step j of the stretch is scheduled (host tiers place evictions then)
+        chunk = FAST_FORWARD_CHUNK
+        while m < k and t < h:
+            starts.append(t)
+            if m + 1 >= len(dts):
+                n = min(chunk, k + 1 - len(dts))
+                dts += model.decode_run_s([c + len(dts) for c in decode], n).tolist()
+                chunk *= 2
+            m += 1
+            t += dts[m]
+        m = rep.skip_decodes(m, starts)  # fewer where the free queue runs short
+        if not m:
+            return now, dt
+        for j in range(m):  # summed in the step loop's order, to the last bit
+            rep.busy_s += dts[j]
+            now += dts[j]
+        rep.steps += m
+        self.steps += m
+        return now, dts[m]
 
     def arrive(self, r: int, now: float, due: dict) -> None:
         """Request r arrives at `now`: refused, or routed to a replica (a vLLM replica idle until now is due)."""

@@ -68,30 +68,19 @@ class VllmReplica:
         self.sched.add(q)
 
     def decode_room(self, most: int) -> int:
-        """Decode steps after the one just scheduled that change nothing but counts (0: none): that step decodes
-        every running request, none waits, and in the next `k` steps no request needs a new block, samples its
-        last token (or nears it: async scheduling's guard) or ends at max_model_len. Hashing of blocks the
-        skipped tokens fill waits for the next real step, which hashes what is due: nothing is taken or freed
-        in between, so the pool is the same."""
-        s = self.sched
-        b = self.inflight
-        if s.waiting or b is None or len(b.tokens) != len(s.running) or len(b.decode) != len(b.tokens):
-            return 0
-        bs, mml = s.k.block_size, s.k.max_model_len
-        k = most
-        for r in s.running:
-            g = r.out + r.placeholders + (0 if s.k.async_scheduling else 1)  # samples applied or in flight
-            k = min(k, len(r.blocks) * bs - r.computed, min(r.max_tokens, mml - r.prompt) - g - 2)
-            if k <= 0:
-                return 0
-        return k
+        """Decode steps after the one just scheduled that the scheduler would form alike (0: none; at most
+        `most`): VllmScheduler.decode_room."""
+        return self.sched.decode_room(self.inflight, most)
 
-    def skip_decodes(self, m: int) -> None:
-        """Apply `m` decode steps of the whole running batch (decode_room allows them): each computes one token of
-        every request and lands one sampled token; the step in flight stays one like them."""
-        for r in self.sched.running:
-            r.computed += m
-            r.out += m
+    def closed(self) -> bool:
+        """No request can join this replica's batch until a running one finishes (VllmScheduler.closed)."""
+        return self.sched.closed()
+
+    def skip_decodes(self, m: int, starts=None) -> int:
+        """Apply up to `m` such steps at once (VllmScheduler.skip_decodes: fewer where the free queue runs short
+        of the blocks they grow into; `starts[i]`: when skipped step i is scheduled); returns how many were
+        applied. The step in flight stays one like them."""
+        return self.sched.skip_decodes(m, starts)
 
     def _apply(self, batch, now: float) -> list[int]:
         a = self.a
@@ -173,7 +162,7 @@ class _PoolPeek:
 
     def peek(self, blocks) -> int:
         bt, bs = self.rep.a.trace.block_tokens, self.rep.sched.k.block_size
-        cached = self.rep.sched.pool.cached
+        cached = self.rep.sched.pool.first  # the keys cached
         where = self.rep.host.stack.where if self.rep.host is not None else {}  # DRAM / SSD residents
         end = (bt // bs) * bs - 1  # where in a trace block its last full KV block ends
         if end < 0:  # trace blocks shorter than a KV block: no key ends inside one

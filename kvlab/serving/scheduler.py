@@ -19,6 +19,7 @@ parallelism's several batches in flight.
 """
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -101,6 +102,7 @@ class VllmScheduler:
         self.waiting: deque[Req] = deque()  # FCFS
         self.running: list[Req] = []  # admission order
         self.preemptions = 0  # preemptions so far
+        self.stuck = None  # (free blocks, running) after a step whose admission decode steps cannot reopen, or None
 
     def add(self, req: Req) -> None:
         self.waiting.append(req)
@@ -211,6 +213,7 @@ class VllmScheduler:
                 decode.add(r.id)
             budget -= n
             i += 1
+        stuck = not preempted  # admission stopped for a reason that decode-only steps cannot lift
         if not preempted:
             skipped = []
             while self.waiting and budget > 0 and len(self.running) < k.max_num_seqs:
@@ -225,13 +228,17 @@ class VllmScheduler:
                     hit = self.pool.hit(keys)
                     if self.host is not None:  # the run continues in DRAM / SSD
                         ext = self.host.run(keys[len(hit):])
-                n = r.tokens - (len(hit) + ext) * k.block_size - r.computed
+                n = whole = r.tokens - (len(hit) + ext) * k.block_size - r.computed
                 if 0 < threshold < n:
                     n = threshold
                 if not k.enable_chunked_prefill and n > budget:
                     break
                 n = min(n, budget)
                 if not self._allocate(r, n, hit, k.reserve_full_isl, ext, admit):
+                    # the whole input's blocks did not fit: taking free blocks only shortens the head's hit and
+                    # the free queue, so it stays out until blocks are freed (a cut chunk might fit later, and so
+                    # might the whole input once a TTL shortens its host-tier run: not stuck then)
+                    stuck = k.reserve_full_isl or (n == whole and not ext)
                     break
                 self.waiting.popleft()
                 r.computed += (len(hit) + ext) * k.block_size
@@ -245,6 +252,7 @@ class VllmScheduler:
                 budget -= n
             for r in reversed(skipped):
                 self.waiting.appendleft(r)
+            stuck = stuck and not skipped
         for r in self.running:
             n = tokens.get(r.id)
             if n is None:
@@ -255,7 +263,84 @@ class VllmScheduler:
                 samples.add(r.id)
                 if k.async_scheduling:
                     r.placeholders += 1
-        return Batch(tokens, samples, decode, preempted, self.pool.free_count(), hits, loaded)
+        free = self.pool.free_count()
+        # what the fast-forward checks before skipping steps with requests waiting (decode_room)
+        self.stuck = (free, len(self.running)) if stuck else None
+        return Batch(tokens, samples, decode, preempted, free, hits, loaded)
+
+    # -- fast-forward ---------------------------------------------------------------------------------------------
+    def decode_room(self, batch: Batch | None, most: int) -> int:
+        """Steps after `batch` (the step just scheduled, its predecessor applied) that the scheduler would form
+        alike, at most `most` (0: none): `batch` decodes one token of every running request, nothing it did can
+        change who runs (no request waits, or admission stopped for good: see `stuck`; nothing freed since), and
+        no request samples its last token (or nears it: async scheduling's guard) or reaches max_model_len.
+        Block boundaries inside the stretch are `skip_decodes`' to take, in order."""
+        if batch is None or len(batch.tokens) != len(self.running) or len(batch.decode) != len(batch.tokens):
+            return 0
+        if self.waiting and self.stuck != (self.pool.free_count(), len(self.running)):
+            return 0
+        mml, extra = self.k.max_model_len, 0 if self.k.async_scheduling else 1
+        k = most
+        for r in self.running:
+            g = r.out + r.placeholders + extra  # samples applied or in flight
+            k = min(k, min(r.max_tokens, mml - r.prompt) - g - 2)
+            if k <= 0:
+                return 0
+        return k
+
+    def closed(self) -> bool:
+        """Requests wait, and none can be admitted until a running one finishes (see `stuck`): a request arriving
+        now only queues behind them."""
+        return bool(self.waiting) and self.stuck == (self.pool.free_count(), len(self.running))
+
+    def skip_decodes(self, m: int, starts=None) -> int:
+        """Apply up to `m` decode steps of the whole running batch after the step in flight (`decode_room` allows
+        them), as `schedule` and `update` would one by one: every request computes and lands one token a step;
+        a request reaching a block boundary takes its next block and hashes the block it filled, in step order
+        and, within a step, in running order (what the free queue hands out depends on it). Stops before a step
+        whose new blocks the free queue cannot give (the step loop would preempt there). Returns the steps
+        applied; the step in flight stays one like them. `starts[i]`: when skipped step i is scheduled, the time
+        host tiers place the keys its blocks evict (as the step loop's `step(now)` sets it)."""
+        bs, caching, host = self.k.block_size, self.pool.caching, self.host
+        extra = 0 if self.k.async_scheduling else 1
+        free = self.pool.free_count()
+        running = self.running
+        # request idx's state at skipped step i's scheduling: computed c1 + i - 1, tokens t1 + i - 1
+        c1 = [r.computed for r in running]
+        t1 = [r.prompt + r.out + extra for r in running]
+
+        def nxt(idx: int) -> int:  # the next step at which request idx takes or hashes a block
+            r = running[idx]
+            i = len(r.blocks) * bs - c1[idx] + 1
+            if caching:
+                i = min(i, (r.cached_upto + 1) * bs - t1[idx] + 1)
+            return max(i, 1)
+
+        events = [(nxt(j), j) for j in range(len(running))]
+        heapq.heapify(events)
+        while events and events[0][0] <= m:
+            i = events[0][0]
+            group = []
+            takes = 0
+            while events and events[0][0] == i:
+                j = heapq.heappop(events)[1]
+                group.append(j)
+                takes += len(running[j].blocks) * bs == c1[j] + i - 1
+            if takes > free:  # the step loop would preempt at step i: stop before it
+                m = i - 1
+                break
+            free -= takes
+            if host is not None and starts is not None:
+                host.now = starts[i]
+            for j in group:
+                r = running[j]
+                r.computed, r.out = c1[j] + i - 1, t1[j] + i - 1 - r.prompt
+                self._allocate(r, 1)
+                heapq.heappush(events, (nxt(j), j))
+        for j, r in enumerate(running):
+            r.computed = c1[j] + m
+            r.out = t1[j] - r.prompt - extra + m
+        return m
 
     def _preempt(self, r: Req) -> None:
         self._free(r)
