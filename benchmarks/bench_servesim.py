@@ -33,14 +33,14 @@ def trace(n: int = REQUESTS):
     return synthetic_agent_trace(seed=0, sessions=math.ceil(n / REQUESTS_PER_SESSION), block_tokens=4096).head(n)
 
 
-def run(tr, dram_gb: float, progress: bool = False, fast_forward: bool = True):
+def run(tr, dram_gb: float, progress: bool = False):
     """(wall seconds, CPU seconds, ServeResult) of one serve-sim run of `tr`."""
     from kvlab.serving.simulator import deployment_config, simulate_serving
     from kvlab.serving.steptime import step_time
     cfg = deployment_config(MODEL, GPU, tr, engine=ENGINE, dram_gb=dram_gb)
     model = step_time(MODEL, GPU, ENGINE, source="roofline")
     t, c = time.perf_counter(), time.process_time()
-    r = simulate_serving(tr, cfg, model, progress=progress, fast_forward=fast_forward)
+    r = simulate_serving(tr, cfg, model, progress=progress)
     return time.perf_counter() - t, time.process_time() - c, r
 
 

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from kvlab.errors import ParameterError
-from kvlab.serving.prefixcache import TierCache
 from kvlab.sim import policy_kernels as pk
 from kvlab.sim.policies import ONLINE
 from kvlab.sim.tiering import Tiers, simulate_compiled, simulate_sequential
@@ -20,7 +19,7 @@ CASES = [((3, 0, 0), math.inf), ((2, 4, 0), math.inf), ((2, 0, 5), math.inf), ((
 
 def serve_side(tr, caps, ttl, policy, admission="all"):
     """Per-tier prefix-hit blocks and tokens as a serve-sim replica counts them: one `access` per request."""
-    st = TierCache(caps, 1000, ttl, policy, admission)
+    st = TierStack(caps, 1000, ttl, policy, admission)
     hb = np.zeros(3, np.int64)
     ht = np.zeros(3, np.int64)
     for r in range(len(tr)):

@@ -89,7 +89,7 @@ class EventLoop:
             rep.busy_until = -1.0
             return
         model = self.model
-        dt = model.step_s(prefill, decode) + load_s if load_s else model.step_s(prefill, decode)
+        dt = model.step_s(prefill, decode) + load_s
         if self.fast_forward and not prefill and not self.logging:
             k = rep.decode_room(FAST_FORWARD_STEPS)
             if k > 0:

@@ -25,7 +25,7 @@ import numpy as np
 from ..checks import cdiv, need_choice, need_int, need_number, need_type
 from ..errors import NoEngineLayout, ParameterError
 from ..sim.policies import ADMISSIONS, ONLINE
-from ..sim.traces import Trace, access_tokens
+from ..sim.traces import Trace
 from .hosttiers import HostTiers
 from .replica import VllmReplica
 from .router import ROUTERS, route
@@ -109,19 +109,15 @@ class ServeConfig:
 class _Arrays:
     """Per-request state in flat arrays (index = request)."""
 
-    def __init__(self, trace: Trace, read_bw):
+    def __init__(self, trace: Trace):
         R = len(trace)
         self.trace = trace
         # scalar state the scheduler touches every step lives in Python lists (faster to index than arrays)
         self.input = trace.input_tokens.astype(np.int64).tolist()  # prompt tokens
         self.output = np.maximum(trace.output_tokens.astype(np.int64), 1).tolist()  # tokens to generate (>= 1)
         self.arrival = np.full(R, np.nan)  # arrival time (closed loop: set when the previous turn ends)
-        self.computed = [0] * R  # tokens in the KV cache (vLLM num_computed_tokens)
         self.generated = [0] * R  # tokens sampled so far
-        self.held = [0] * R  # KV pages held
-        self.reached = [0] * R  # most tokens computed before a preemption
         self.preempted = [0] * R  # times preempted
-        self.looked = [False] * R  # prefix lookup done
         self.started = [-1.0] * R  # first admission time (-1: not yet)
         self.first_token = [math.nan] * R  # time of the first output token
         self.finished = [math.nan] * R  # time of the last output token
@@ -130,20 +126,11 @@ class _Arrays:
         self.hit_blocks = np.zeros((R, 3), np.int64)  # prefix-hit blocks per tier
         self.hit_tok = np.zeros(R, np.int64)  # prefix-hit tokens
         self.hit_tier_tok = np.zeros((R, 3), np.int64)  # prefix-hit tokens per tier
-        self.read_bw = np.asarray(read_bw, float)  # into HBM from each tier
         self.off = trace.block_offsets
         self.ids = trace.block_ids
-        if trace.has_prefixes:
-            self.tok = access_tokens(trace, trace.request_of_access)  # tokens of every block access
 
     def blocks_of(self, r: int):
         return self.ids[self.off[r]:self.off[r + 1]].tolist() if self.ids is not None else []
-
-    def tokens_of(self, r: int) -> np.ndarray:
-        return self.tok[self.off[r]:self.off[r + 1]]
-
-    def hit_tokens_of(self, r: int, n_blocks: int) -> int:
-        return int(self.tok[self.off[r]:self.off[r] + n_blocks].sum()) if n_blocks else 0
 
 
 @dataclass
@@ -236,7 +223,7 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
             raise ParameterError(f"slo takes ttft_s and tpot_s, got {k!r}")
         need_number(f"slo {k}", slo[k], 0.0, lo_open=True)
     N = len(trace)
-    a = _Arrays(trace, cfg.read_bytes_per_s)
+    a = _Arrays(trace)
     log = [] if record_steps else None
     knobs = scheduler_knobs(cfg)
     caching = cfg.prefix_caching and trace.has_prefixes

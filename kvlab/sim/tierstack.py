@@ -192,11 +192,3 @@ class TierStack:
             n += 1
         return n
 
-    def hbm_overlap(self, blocks) -> int:
-        """Leading blocks resident in HBM."""
-        n = 0
-        for b in blocks:
-            if self.where.get(b) != 0:
-                break
-            n += 1
-        return n
