@@ -249,6 +249,10 @@ def test_bad_contexts(model):
         forward(model, make_cache(model, press="snapkv", keep=0.5), ids(50))
     with pytest.raises(ParameterError, match="keep_bytes=10: even one token per layer holds"):
         forward(model, make_cache(model, press="knorm", keep_bytes=10), ids(50))
+    with pytest.raises(ParameterError, match="keep=51 tokens is more than the context's 50"):
+        forward(model, make_cache(model, press="knorm", keep=51), ids(50))
+    forward(model, make_cache(model, press="knorm", keep=50), ids(50))  # the whole context: allowed
+    forward(model, make_cache(model, press="streaming_llm", keep=51, press_mode="decode"), ids(50))  # room to grow
 
 
 def test_press_needs_kvlab_attention():

@@ -122,6 +122,36 @@ def test_a_context_beyond_the_model_is_refused(smol):
         answer_sample(model, tok, huge, format_settings(["bf16"]))
 
 
+def test_a_task_or_file_beyond_the_model_is_refused_before_anything_runs(smol, monkeypatch, tmp_path, capsys):
+    """A task context or a task-file sample the model cannot read, or a press's token budget above a context it
+    compresses, is refused before any sample is drawn or answered (a long context takes minutes to generate; the CLI
+    refuses it before its perplexity run), naming the sample."""
+    from kvlab.quality import evaluate as ev
+    from kvlab.quality.samples import Sample
+    model, tok = smol
+    limit = model.config.max_position_embeddings
+    monkeypatch.setattr(ev, "answer_sample", lambda *a, **k: pytest.fail("answered a sample"))
+    monkeypatch.setattr("kvlab.quality.tasks.generate", lambda *a, **k: pytest.fail("drew a sample"))
+    with pytest.raises(ParameterError, match=f"{limit:,}"):
+        ev.evaluate_task(model, tok, "niah_single_2", limit, format_settings(["bf16"]), samples=1, halfwidth=None)
+    fine = Sample("word " * 10, "What?", "", "x", 4)
+    huge = Sample("word " * (limit + 10), "What?", "", "x", 4)
+    with pytest.raises(ParameterError, match="sample #2: .* max_position_embeddings"):
+        ev.evaluate(model, tok, [fine, huge], format_settings(["bf16"]))
+    monkeypatch.setattr("kvlab.hf.evaluate.evaluate", lambda *a, **k: pytest.fail("ran the perplexity pass"))
+    rc, out, err = _cli(capsys, "eval", "smollm2-135m", "--task", "niah_single_2", "--task-tokens", str(limit * 4))
+    assert rc == 2 and err.count("\n") == 1 and "max_position_embeddings" in err, err
+    f = tmp_path / "long.jsonl"
+    f.write_text(json.dumps(dict(context="word " * (limit + 10), question="What?", answer_prefix="",
+                                 answer="x", max_new_tokens=4)) + "\n")
+    rc, out, err = _cli(capsys, "eval", "smollm2-135m", "--task-file", str(f))
+    assert rc == 2 and err.count("\n") == 1 and "sample #1" in err, err
+    rc, out, err = _cli(capsys, "eval", "smollm2-135m", "--task", "niah_single_2", "--task-tokens", "256",
+                        "--press", "snapkv", "--keep", "300", "--context", "400")
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "--keep 300 tokens is more than the task's contexts (--task-tokens): 256" in err, err
+
+
 def _cli(capsys, *argv):
     rc = main(list(argv))
     out, err = capsys.readouterr()

@@ -152,6 +152,21 @@ def cmd_eval(args) -> int:
         raise ParameterError(f"{args.task or args.task_file} is answered in text by a pretrained model: {args.model} "
                              f"has no tokenizer of words (the byte-level checkpoints trained here take their own "
                              f"tasks: {', '.join(_toy_tasks())})")
+    def budget_fits(t: int, what: str) -> None:
+        """A press's token budget above a context it compresses fails now, not after minutes of running."""
+        if args.press is not None and args.keep is not None and args.keep >= 1 and args.press_mode == "prefill" \
+                and int(args.keep) > t:
+            raise ParameterError(f"--keep {int(args.keep):,} tokens is more than {what}: {t:,} tokens; a press "
+                                 "keeps part of the context it compresses")
+    budget_fits(args.context or max(1, args.tokens // 2), "each held-out window's context (--context; default "
+                                                        "half of --tokens)")
+    if real:  # before the perplexity run: a context the model cannot read fails now, not after minutes
+        from ..quality.evaluate import check_samples, check_task_tokens
+        if samples is not None:
+            budget_fits(min(check_samples(model, tok, samples, args.protocol)), "the task file's shortest context")
+        else:
+            check_task_tokens(model, args.task_tokens or 1024)
+            budget_fits(args.task_tokens or 1024, "the task's contexts (--task-tokens)")
     r = evaluate(args.model, args.kv_format, args.k_format, args.v_format, args.residual, args.mechanism,
                  tokens=args.tokens, task=None if real else args.task, samples=args.samples, chunk=args.chunk,
                  block=args.block, decode_steps=args.decode_steps, device=args.device, windows=args.windows,

@@ -131,16 +131,43 @@ def _bytes_match(cache) -> bool | None:
     return held_bytes(cache) == cache.predicted_bytes()
 
 
+def position_limit(model) -> int | None:
+    """The most positions the model reads (config.max_position_embeddings; None: not stated)."""
+    return getattr(model.config, "max_position_embeddings", None)
+
+
+def check_task_tokens(model, tokens: int) -> None:
+    """A task's context of `tokens` must fit the model's positions (checked before any sample is drawn: a long
+    context takes a while to generate, and nothing should run only to fail at the first answer)."""
+    limit = position_limit(model)
+    if limit and tokens >= limit:
+        raise ParameterError(f"task contexts of {tokens:,} tokens do not fit the model's max_position_embeddings "
+                             f"{limit:,} with a question and an answer after them")
+
+
+def _prompt_within(model, tokenizer, sample: Sample, protocol: str, place: int | None = None):
+    prompt = sample_prompt(tokenizer, sample, protocol)
+    limit = position_limit(model)
+    total = len(prompt.context_ids) + len(prompt.question_ids) + sample.max_new_tokens
+    if limit and total > limit:
+        name = repr(sample.id) if sample.id is not None else "" if place is None else f"#{place + 1}"
+        raise ParameterError(f"sample {name}: {total:,} tokens with its answer, beyond the model's "
+                             f"max_position_embeddings {limit:,}".replace("sample : ", "a sample: "))
+    return prompt
+
+
+def check_samples(model, tokenizer, samples: list[Sample], protocol: str = "question_agnostic") -> list[int]:
+    """Every sample's prompt with its answer fits the model's positions (before any is answered): the samples'
+    context tokens, in order."""
+    need_choice("protocol", protocol, PROTOCOLS)
+    return [len(_prompt_within(model, tokenizer, smp, protocol, k).context_ids) for k, smp in enumerate(samples)]
+
+
 def answer_sample(model, tokenizer, sample: Sample, settings: list[Setting], protocol: str = "question_agnostic",
                   max_new_tokens: int | None = None, stop_when_right: bool = True) -> list[Answer]:
     """One sample under every setting: the context prefilled once per mechanism, held by each setting's cache."""
     need_choice("protocol", protocol, PROTOCOLS)
-    prompt = sample_prompt(tokenizer, sample, protocol)
-    limit = getattr(model.config, "max_position_embeddings", None)
-    total = len(prompt.context_ids) + len(prompt.question_ids) + sample.max_new_tokens
-    if limit and total > limit:
-        raise ParameterError(f"sample {sample.id!r}: {total:,} tokens with its answer, beyond the model's "
-                             f"max_position_embeddings {limit:,}")
+    prompt = _prompt_within(model, tokenizer, sample, protocol)
     new = sample.max_new_tokens if max_new_tokens is None else min(sample.max_new_tokens, max_new_tokens)
     ids = torch.tensor([prompt.context_ids])  # [1, T]
     t = ids.shape[1]
@@ -175,6 +202,7 @@ def evaluate(model, tokenizer, samples: list[Sample], settings: list[Setting], p
         raise ParameterError(f"settings share a label: {labels}")
     if not samples:
         raise ParameterError("no samples to evaluate")
+    check_samples(model, tokenizer, samples, protocol)
     scores = scores if scores is not None else {}
     for label in labels:
         scores.setdefault(label, Scores(label))
@@ -214,6 +242,7 @@ def evaluate_task(model, tokenizer, task: str, tokens: int, settings: list[Setti
     need_int("max_samples", max_samples, samples)
     if halfwidth is not None:
         need_number("halfwidth", halfwidth, 1e-3, 0.5)
+    check_task_tokens(model, tokens)
     run = TaskRun(task, tokens, protocol, seed)
     cap = max_samples if halfwidth is not None else samples
     r = 0

@@ -3,7 +3,8 @@ sample's context, prefilled in bfloat16 as each side's answer run does it (kvpre
 the model and its cache in bfloat16; kvlab: kvlab.hf.context.prefill then the setting's cache's load_context, as
 kvlab.quality.evaluate does), with, where the sets differ, both sides' scores at the differing positions.
 
-    .venv/bin/python tests/oracles/kvpress_kept_bf16.py SAMPLE_ID PRESS[,PRESS] [--keep 0.5] [--out OUT.json]
+    .venv/bin/python tests/oracles/kvpress_kept_bf16.py SAMPLE_ID PRESS[,PRESS] [--keep 0.5] [--tokens 1024]
+        [--out OUT.json]
 
 Prints per press: the layers and heads whose sets differ, how many positions, and for each the scores (kvpress's in
 bfloat16 as its scorer returned them, kvlab's in float32) against the cutoff (the n-th best score per head)."""
@@ -75,12 +76,15 @@ def main(argv=None):
     ap.add_argument("sample")
     ap.add_argument("presses")
     ap.add_argument("--keep", type=float, default=0.5)
+    ap.add_argument("--tokens", type=int, default=1024, choices=(1024, 2048, 4096), help="the samples file's context")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     folder = resolve_model("smollm2-135m")
     model, tok = load(str(folder))
-    sample = next(s for s in read_samples(ROOT / "tests/fixtures/kvpress_smollm2_samples.jsonl") if s.id == a.sample)
+    sys.path.insert(0, str(ROOT / "tests" / "oracles"))
+    from kvpress_compare import paths
+    sample = next(s for s in read_samples(paths(a.tokens)["samples"]) if s.id == a.sample)
     ids = list(sample_prompt(tok, sample).context_ids)
     presses = a.presses.split(",")
     ref = kvpress_kept(folder, ids, presses, a.keep)

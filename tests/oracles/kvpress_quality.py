@@ -2,7 +2,7 @@
 on the same samples kvlab evaluates (`make oracle-kvpress-quality` writes tests/fixtures/kvpress_smollm2.json).
 
     .venv-kvpress/bin/python tests/oracles/kvpress_quality.py MODEL_DIR SAMPLES.jsonl OUT.json \\
-        [--n-quarter N] [--n-half N] [--dtype bfloat16] [--time-one]
+        [--n-quarter N] [--n-half N] [--dtype bfloat16] [--shard i/k] [--start N] [--merge SHARD ...]
 
 Runs in .venv-kvpress (kvpress 0.5.5 pins transformers < 5.3) and imports nothing of kvlab's package: the presses and
 their kvpress classes come from tests/kvpress_oracle.py (CASES, checked against kvlab's registry by
@@ -101,6 +101,8 @@ def merge(paths, out_path):
         st["answers"] = {s["id"]: answers[s["id"]] for s in out["samples"] if s["id"] in answers}
         st["n"], st["right"] = len(st["answers"]), sum(a["right"] for a in st["answers"].values())
     out["shards"] = len(parts)
+    out["n_quarter"], out["n_half"] = (max(p[k] for p in parts) for k in ("n_quarter", "n_half"))
+    out["start"] = min(p.get("start", 0) for p in parts)
     out["wall_s"] = max(p["wall_s"] for p in parts)
     out["cpu_s"] = round(sum(p["wall_s"] for p in parts), 1)
     Path(out_path).write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -116,6 +118,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     ap.add_argument("--presses", default=",".join(oracle.CASES), help="comma-separated kvlab press names")
     ap.add_argument("--shard", default="0/1", help="i/k: this process answers samples i, i+k, i+2k, ...")
+    ap.add_argument("--start", type=int, default=0,
+                    help="skip the first samples (a later run adding samples to a finished one; --merge joins them)")
     ap.add_argument("--pipeline", action="store_true",
                     help="call the pipeline itself for every answer (one prefill per press) instead of sharing the "
                          "context's prefill: slower, the same answers (the check of the shared prefill)")
@@ -159,6 +163,7 @@ def main(argv=None) -> int:
                     "(greedy)" + ("" if a.pipeline else "; the context prefilled once per sample and attention, each "
                                   "press's forward_hook replayed on its layers' kept inputs"),
         "samples_file": Path(a.samples).name, "n_quarter": a.n_quarter, "n_half": a.n_half, "shard": a.shard,
+        "start": a.start,
         "options": {p: OPTIONS.get(p, {}) for p in presses},
         "classes": {p: oracle.CASES[p][0] + ("(SnapKVPress)" if p in oracle.WRAPPED else "") for p in presses},
         "attention": {p: oracle.CASES[p][2] for p in presses},
@@ -195,7 +200,7 @@ def main(argv=None) -> int:
               (a.n_half, [k for k, v in settings.items() if v[1] == 0.5])]
     for n, labels in phases:
         for k, row in enumerate(rows[:n]):
-            if k % shards != shard:
+            if k < a.start or k % shards != shard:
                 continue
             t = time.perf_counter()
             x = pipes["sdpa"].preprocess(row["context"], [row["question"]], row["answer_prefix"], 10**10)

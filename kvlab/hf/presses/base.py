@@ -56,12 +56,16 @@ class Budget:
             need_int("keep_bytes", self.nbytes, 1)
 
     def tokens(self, t: int, cap: bool = True) -> int:
-        """Tokens kept of a context of t, at most t unless `cap` is False (decode-time eviction holds up to a
-        token count as the sequence grows); a byte budget is resolved by the cache (`PressPlan.resolve`)."""
+        """Tokens kept of a context of t; a token count above t is refused unless `cap` is False (decode-time
+        eviction holds up to a token count as the sequence grows); a byte budget is resolved by the cache
+        (`PressPlan.resolve`)."""
         k = self.keep
         if k < 1:  # kvpress utils.compute_n_kept(t, ratio) with ratio = 1 - keep
             return max(1, int(t * (1 - (1 - k))))
-        return min(int(k), t) if cap else int(k)
+        if cap and int(k) > t:
+            raise ParameterError(f"keep={int(k):,} tokens is more than the context's {t:,}: a press keeps part of "
+                                 "the context it is given (a fraction, or fewer tokens)")
+        return int(k)
 
     def label(self) -> str:
         if self.nbytes is not None:
