@@ -87,6 +87,7 @@ def test_committed_comparison_covers_every_kvpress_setting(fixture, tokens):
         assert r["same_verdicts"] == sum(ours[i] == theirs[i]["right"] for i in ours)
 
 
+@pytest.mark.usefixtures("one_thread")  # beside a notebook's kernel on 2 cores, two threads ran 9x slower (660 s)
 def test_kvlab_answers_as_kvpress_does(fixture, tokens):
     """kvlab's evaluation (one shared prefill, every press through its cache) on the two samples where kvpress's
     presses split most: its verdicts equal kvpress's pipeline's under every setting but at most one (bfloat16 score
