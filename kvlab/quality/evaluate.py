@@ -150,9 +150,10 @@ def _prompt_within(model, tokenizer, sample: Sample, protocol: str, place: int |
     limit = position_limit(model)
     total = len(prompt.context_ids) + len(prompt.question_ids) + sample.max_new_tokens
     if limit and total > limit:
-        name = repr(sample.id) if sample.id is not None else "" if place is None else f"#{place + 1}"
-        raise ParameterError(f"sample {name}: {total:,} tokens with its answer, beyond the model's "
-                             f"max_position_embeddings {limit:,}".replace("sample : ", "a sample: "))
+        name = (f"sample {sample.id!r}" if sample.id is not None else "a sample" if place is None
+                else f"sample #{place + 1}")
+        raise ParameterError(f"{name}: {total:,} tokens with its answer, beyond the model's "
+                             f"max_position_embeddings {limit:,}")
     return prompt
 
 
