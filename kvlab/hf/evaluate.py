@@ -82,6 +82,8 @@ def load(name: str, dtype: torch.dtype = torch.bfloat16):
     try:
         with quiet():
             model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, local_files_only=cached_only)
+            if _softcapped(model.config) and model.config._attn_implementation != "eager":
+                model.set_attn_implementation("eager")  # SDPA cannot soft-cap logits (Gemma 2); kvlab.hf.sdpa can
     except (OSError, ValueError, ImportError) as e:
         where = ("a local directory" if local else "the Hub in offline mode (HF_HUB_OFFLINE=1) and not in the local "
                  "cache" if offline else f"the Hub, which did not answer within {HUB_TIMEOUT_S:g} s, and not in the "
@@ -94,6 +96,12 @@ def load(name: str, dtype: torch.dtype = torch.bfloat16):
     except (OSError, ValueError, TypeError):
         tok = None
     return model, tok
+
+
+def _softcapped(config) -> bool:
+    """A model whose attention soft-caps its logits (Gemma 2's attn_logit_softcapping)."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    return bool(getattr(text, "attn_logit_softcapping", None))
 
 
 @contextmanager

@@ -28,13 +28,13 @@ import re
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from ..attention.indexer import candidate_pool, select_topk
 from ..checks import need_int
 from ..errors import ParameterError
 from ..layout import Component, LayerCache, Layout
 from .presses.run import fitted_sdpa
+from .sdpa import attend
 
 NAMES = ("dense", "window", "topk", "capped", "csa", "hca")
 DEFAULTS = {"csa": dict(topk=32, window=64), "hca": dict(window=64), "capped": dict(topk=32)}
@@ -193,8 +193,7 @@ def kvlab_attention(module, query, key, value, attention_mask, dropout: float = 
         vis = kvlab_keys.visible(a, a + QUERY_CHUNK)[None].expand(b, -1, -1)  # [B, S', T]
         if kvlab_keys.mech.selects:
             vis = vis & _selected(q, key, vis, kvlab_keys, scale)
-        outs.append(F.scaled_dot_product_attention(q, key, value, attn_mask=vis[:, None], scale=scale,
-                                                   enable_gqa=key.shape[1] != h))  # [B, H, S', Dv]
+        outs.append(attend(q, key, value, vis[:, None], scale, kwargs.get("softcap")))  # [B, H, S', Dv]
     return torch.cat(outs, dim=2).transpose(1, 2).contiguous(), None
 
 

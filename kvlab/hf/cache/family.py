@@ -16,9 +16,12 @@ from ...errors import ConfigError
 from ...models import ModelSpec, spec_from_config
 from .layers import LAYERS, KvlabLayer
 
-# transformers model types whose attention hands the cache plain K/V (dense) or the MLA latent + RoPE key.
+# transformers model types whose attention hands the cache plain K/V (dense) or the MLA latent + RoPE key; each is
+# checked on a tiny random model (tests/test_architectures.py: held bytes equal the config's prediction in a format,
+# under a press and a window; BF16 logits equal DynamicCache's).
 DENSE_TYPES = ("llama", "mistral", "ministral", "qwen2", "qwen3", "gemma2", "gemma3_text", "gemma3", "gpt_oss",
-               "cohere2")
+               "cohere2", "gemma", "phi3", "phi", "qwen3_moe", "mixtral", "olmo", "olmo2", "granite", "starcoder2",
+               "smollm3", "glm4", "exaone4")
 MLA_TYPES = ("deepseek_v2", "deepseek_v3")
 SUPPORTED = DENSE_TYPES + MLA_TYPES
 LAYER_TYPES = tuple(dict.fromkeys(t for _, t in LAYERS))  # transformers layer types a kvlab layer can stand for

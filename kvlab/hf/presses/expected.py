@@ -53,7 +53,12 @@ class ExpectedAttention(Press):
     def score(self, x: PressInput) -> torch.Tensor:
         s, d = self.n_sink, x.keys.shape[-1]
         t = x.queries.shape[2]
-        cos, sin = x.rotary(x.queries, x.qpos[None])
+        if x.rotary is None:
+            raise ParameterError("expected_attention needs the model's rotary embedding: give make_cache the model")
+        cos, sin = x.rotary(x.queries, x.qpos[None])  # [1, S, D'] each
+        if cos.shape[-1] != d:
+            raise ParameterError(f"expected_attention rotates query statistics by a RoPE over the whole head "
+                                 f"({d} dims); this model rotates {cos.shape[-1]} of them (partial rotary)")
         q = unrotate(x.queries, cos[0].float(), sin[0].float())[:, :, s:]  # [B, H, S - s, D] before RoPE
         mu = q.mean(dim=2, keepdim=True)  # [B, H, 1, D]
         cen = q - mu

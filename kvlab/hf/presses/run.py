@@ -9,9 +9,9 @@ tokens and has the layer keep the selected ones (`KvlabLayer.keep`), which frees
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from ...errors import ParameterError
+from ..sdpa import attend
 from .base import PressInput, PressPlan
 
 
@@ -43,8 +43,8 @@ class PressRun:
             g = h // key.shape[1]
             qpos = self.layer.query_positions(query.shape[2])  # [S]
             vis = (self.layer.positions[:, :, None, :] <= qpos[None, None, :, None]) & readable[:, :, None, :]
-            o = F.scaled_dot_product_attention(query, key, value, attn_mask=vis.repeat_interleave(g, dim=1),
-                                               scale=scale, enable_gqa=g != 1)  # [B, H, S, Dv]
+            mask = vis.repeat_interleave(g, dim=1)  # [B, H, S, T]
+            o = attend(query, key, value, mask, scale, kwargs.get("softcap"))  # [B, H, S, Dv]
             out = (o.transpose(1, 2).contiguous(), None)
         self.after(query, key, value, scale)
         self.forwards += 1
@@ -85,9 +85,14 @@ class PressRun:
 
 
 def fitted_sdpa(module, query, key, value, attention_mask, **kwargs):
-    """transformers' SDPA attention on the keys a layer holds, its mask fitted to them (`fit_mask`)."""
+    """transformers' SDPA attention on the keys a layer holds, its mask fitted to them (`fit_mask`); a model that
+    soft-caps its logits (Gemma 2), which SDPA cannot, through kvlab.hf.sdpa.attend."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    return sdpa_attention_forward(module, query, key, value, fit_mask(attention_mask, key.shape[2]), **kwargs)
+    mask = fit_mask(attention_mask, key.shape[2])
+    if kwargs.get("softcap"):
+        scale = kwargs.get("scaling") or query.shape[-1] ** -0.5
+        return attend(query, key, value, mask, scale, kwargs["softcap"]).transpose(1, 2).contiguous(), None
+    return sdpa_attention_forward(module, query, key, value, mask, **kwargs)
 
 
 def fit_mask(mask: torch.Tensor | None, keys: int) -> torch.Tensor | None:

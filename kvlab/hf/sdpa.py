@@ -1,0 +1,36 @@
+"""Scaled dot-product attention as kvlab's attention paths run it (mechanisms, presses), with the one model option
+torch's SDPA lacks: logit soft-capping (Gemma 2's `attn_logit_softcapping`: scores become cap * tanh(scores / cap)
+before the mask and the softmax, as transformers' Gemma 2 eager attention computes them)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def attend(query, key, value, mask, scale: float, softcap: float | None = None) -> torch.Tensor:
+    """query [B, H, S, D], key / value [B, Hkv, T, D] (Hkv divides H); mask [B, 1 or H, S, T] (bool: True
+    attends; float: added to the scores) or None (causal, the S queries being the last S of the T positions).
+    Returns [B, H, S, Dv]."""
+    h, hkv = query.shape[1], key.shape[1]
+    if not softcap:
+        if mask is None:
+            mask = causal(query.shape[2], key.shape[2], query.device)
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale, enable_gqa=hkv != h)
+    if hkv != h:
+        key, value = (x.repeat_interleave(h // hkv, dim=1) for x in (key, value))  # [B, H, T, D]
+    scores = torch.matmul(query, key.transpose(2, 3)) * scale  # [B, H, S, T]
+    scores = torch.tanh(scores / softcap) * softcap
+    if mask is None:
+        mask = causal(query.shape[2], key.shape[2], query.device)
+    if mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    else:
+        scores = scores + mask
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    return torch.matmul(weights, value)  # [B, H, S, Dv]
+
+
+def causal(s: int, t: int, device) -> torch.Tensor:
+    """[1, 1, S, T] bool: query i (the (T - S + i)-th position) sees keys 0 .. T - S + i."""
+    q = torch.arange(t - s, t, device=device)[:, None]
+    return (torch.arange(t, device=device)[None, :] <= q)[None, None]
