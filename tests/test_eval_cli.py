@@ -94,6 +94,12 @@ def test_eval_split_formats_residual_mechanism(model_dir, capsys):
     assert r["held_bytes"] == r["predicted_bytes"]
 
 
+def test_eval_mechanism_as_a_fraction(model_dir, capsys):
+    """'window=1/4', as notebook 10 and the sweeps write it: a quarter of each context (here --tokens)."""
+    r = run_json(capsys, model_dir, "--tokens", "80", "--decode-steps", "2", "--mechanism", "window=1/4")
+    assert r["mechanism"] == "window=20" and r["held_bytes"] == r["predicted_bytes"]
+
+
 def test_bf16_matches_reference(model_dir, capsys):
     r = run_json(capsys, model_dir, "--tokens", "64", "--decode-steps", "2")
     assert r["perplexity"] == r["reference_perplexity"]
@@ -104,6 +110,8 @@ def test_bf16_matches_reference(model_dir, capsys):
     (["--kv-format", "fp5"], "unknown number format 'fp5'"),
     (["--kv-format", "nvfp4", "--k-format", "int4"], "not both"),
     (["--mechanism", "windw=4"], "is not one of"),
+    (["--mechanism", "window=5/4"], "is not a fraction of the context in (0, 1]"),
+    (["--mechanism", "window=1/0"], "is not a fraction of the context in (0, 1]"),
     (["--task", "sudoku"], "task must be one of"),
     (["--tokens", "1"], "tokens must be an integer >= 2"),
 ])

@@ -54,7 +54,9 @@ def register(sub) -> None:
     p.add_argument("--block", type=count("--block"), default=1,
                    help="tokens quantized together as they leave the residual (faster decoding; they wait in BF16)")
     p.add_argument("--mechanism", default=None,
-                   help="window=W, topk=K, capped=BxS,topk=K, csa=M,topk=K,window=W or hca=M,window=W")
+                   help="window=W, topk=K, capped=BxS,topk=K, csa=M,topk=K,window=W or hca=M,window=W; a count "
+                        "written a/b is that fraction of each context (window=1/4: a quarter of --tokens for the "
+                        "perplexity windows, of each task sample's context)")
     p.add_argument("--press", default=None,
                    help=f"token eviction on full-attention layers: {', '.join(_presses()[0])} "
                         "(kvlab.hf.presses; 'adakv:knorm' names a wrapper's inner scorer)")
@@ -133,10 +135,12 @@ def cmd_eval(args) -> int:
     if args.task is not None and not real and args.task not in _toy_tasks():
         raise ParameterError(f"task must be one of RULER's (a real model) {', '.join(_real_tasks())} or a checkpoint's "
                              f"{', '.join(_toy_tasks())}; got {args.task!r}")
-    from ..hf.mechanisms import parse_mechanism
+    from ..hf.quality import FRACTION, at_context, mechanism_label
     from ..layout import kv_plan
     kv_plan(args.kv_format, args.k_format, args.v_format, args.residual, args.block)  # checked before the model loads
-    parse_mechanism(args.mechanism)
+    if args.mechanism is not None:
+        mechanism_label(args.mechanism)  # 'window=1/4': a fraction of each context, resolved per length below
+    fraction = args.mechanism is not None and FRACTION.search(args.mechanism) is not None
     if args.press is not None:
         from ..hf.presses import make_plan
         make_plan(args.press, args.keep, args.keep_bytes, args.press_mode)
@@ -167,7 +171,8 @@ def cmd_eval(args) -> int:
         else:
             check_task_tokens(model, args.task_tokens or 1024)
             budget_fits(args.task_tokens or 1024, "the task's contexts (--task-tokens)")
-    r = evaluate(args.model, args.kv_format, args.k_format, args.v_format, args.residual, args.mechanism,
+    r = evaluate(args.model, args.kv_format, args.k_format, args.v_format, args.residual,
+                 at_context(args.mechanism, args.tokens) if fraction else args.mechanism,
                  tokens=args.tokens, task=None if real else args.task, samples=args.samples, chunk=args.chunk,
                  block=args.block, decode_steps=args.decode_steps, device=args.device, windows=args.windows,
                  press=args.press, keep=args.keep, keep_bytes=args.keep_bytes, press_mode=args.press_mode,
