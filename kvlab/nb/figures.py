@@ -239,7 +239,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="docs/figures", help="folder for the PNGs (default docs/figures)")
     ap.add_argument("--readme", default="README.md", help="README whose figures block is rewritten ('' : none)")
     ap.add_argument("--sweep", metavar="DIR", help="instead: put the table of the sweep in DIR into the README")
+    ap.add_argument("--grid", metavar="DIR", help="instead: print the accuracy grid of a `kvlab sweep 10` in DIR as "
+                                                  "Markdown (docs/quality.md's grids)")
     args = ap.parse_args(argv)
+    if args.grid:
+        from .real_quality import grid_markdown
+        print(grid_markdown(Path(args.grid)))
+        return 0
     if args.sweep:
         write_sweep(Path(args.sweep), Path(args.readme))
         return 0

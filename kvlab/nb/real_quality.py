@@ -122,3 +122,52 @@ def plot_frontier(ax, table: list[dict], title: str, least: float | None = None)
     ax.set_xlabel("bytes held / BF16's (context in the cache; log scale)")
     ax.set_ylabel("accuracy (Wilson 95%)")
     ax.set_title(title, fontsize=10)
+
+
+def grid_markdown(folder) -> str:
+    """The accuracy table of a notebook-10 sweep (`kvlab sweep 10`, its results.csv) as Markdown: one row per model
+    and setting, bytes held over BF16's at each context, then per context the accuracy with its Wilson 95%
+    interval (n: the samples answered); rows by bytes, most first, BF16 first. docs/quality.md's grids are printed
+    with it (`python -m kvlab.nb.figures --grid DIR`)."""
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+
+    from ..stats import wilson
+    df = pd.read_csv(Path(folder) / "results.csv", keep_default_na=False, dtype=str)
+    df = df[df["status"] == "ok"]
+    if df.empty:
+        raise ParameterError(f"{folder}: no point of the sweep finished (results.csv has no 'ok' row)")
+    acc, held, n = {}, {}, {}
+    for r in df.itertuples():
+        acc.update(json.loads(r.accuracy))
+        held.update(json.loads(r.context_bytes))
+        n.update(json.loads(r.samples_answered))
+    keys = [k.rsplit("|", 2) for k in acc]  # model, setting, context
+    contexts = sorted({int(c) for _, _, c in keys})
+    models = list(dict.fromkeys(m for m, _, _ in keys))
+    ks = " / ".join(f"{c / 1024:g}K" for c in contexts)
+    lines = [f"| model | setting | bytes/BF16 ({ks}) | "
+             + " | ".join(f"{c // 1024}K acc [Wilson 95%]" for c in contexts) + " |",
+             "|---|---|---|" + "---|" * len(contexts)]
+    for m in models:
+        settings = list(dict.fromkeys(s for mm, s, _ in keys if mm == m))
+
+        def share(s, c=contexts[0]):
+            b, bf = held.get(f"{m}|{s}|{c}"), held.get(f"{m}|bf16|{c}")
+            return b / bf if b is not None and bf else float("nan")
+        settings.sort(key=lambda s: (s != "bf16", -share(s), s))
+        for s in settings:
+            cells = []
+            for c in contexts:
+                a = acc.get(f"{m}|{s}|{c}")
+                if a is None:
+                    cells.append("-")
+                    continue
+                k = n[f"{m}|{c}"]
+                lo, hi = wilson(round(a * k), k)
+                cells.append(f"{a:.2f} [{lo:.2f}, {hi:.2f}] (n={k})")
+            shares = " / ".join(f"{share(s, c):.3f}" for c in contexts)
+            lines.append(f"| {m} | {s} | {shares} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
