@@ -103,15 +103,16 @@ oracle-kvpress: setup $(KVPRESS_STAMP)
 	KVLAB_KVPRESS_PYTHON=$(KVPRESS_VENV)/bin/python $(BIN)/python -m pytest -p no:xdist tests/test_kvpress_oracle.py -q
 
 # kvpress's own answers on SmolLM2-135M (tests/oracles/kvpress_quality.py: its KVPressTextGenerationPipeline, greedy,
-# question-agnostic, bfloat16 on CPU) for every registered press at compression ratio 0.75 (and 0.5 for the first
-# KVPRESS_HALF samples) and without a press, on samples kvlab writes at KVPRESS_TOKENS context tokens
-# (tests/fixtures/kvpress_smollm2$(tag)_samples.jsonl; tag empty at 1,024, _2k at 2,048, _4k at 4,096):
-# tests/fixtures/kvpress_smollm2$(tag).json; then kvlab's own evaluation of the same samples beside it
+# question-agnostic, bfloat16 on CPU) for every registered press at compression ratio 0.75 (0.5 for the first
+# KVPRESS_HALF samples, 0.875 for the first KVPRESS_EIGHTH) and without a press, on samples kvlab writes at
+# KVPRESS_TOKENS context tokens (tests/fixtures/kvpress_smollm2$(tag)_samples.jsonl; tag empty at 1,024, _2k at 2,048,
+# _4k at 4,096): tests/fixtures/kvpress_smollm2$(tag).json; then kvlab's own evaluation of the same samples beside it
 # (tests/oracles/kvpress_compare.py -> tests/fixtures/kvlab_vs_kvpress_smollm2$(tag).json). Two single-threaded shards
 # (threads oversubscribed on 2 busy cores made torch 2-5x slower); measured here on 2 cores shared with other jobs:
 # about 120-150 s per sample per shard for the 14 settings at ratio 0.75 at 1K tokens (docs/quality.md: 2K and 4K).
 KVPRESS_QUARTER ?= 24
 KVPRESS_HALF ?= 0
+KVPRESS_EIGHTH ?= 0
 KVPRESS_TOKENS ?= 1024
 KVPRESS_TAG = $(if $(filter 1024,$(KVPRESS_TOKENS)),,_$(shell expr $(KVPRESS_TOKENS) / 1024)k)
 oracle-kvpress-quality: setup $(KVPRESS_STAMP)
@@ -120,7 +121,7 @@ oracle-kvpress-quality: setup $(KVPRESS_STAMP)
 	  $$(( ($(KVPRESS_QUARTER) + 1) / 2 )) $(KVPRESS_TOKENS)); tmp=$$(mktemp -d); \
 	for i in 0 1; do OMP_NUM_THREADS=1 PYTHONPATH= HF_HUB_OFFLINE=1 $(KVPRESS_VENV)/bin/python \
 	  tests/oracles/kvpress_quality.py $$model $$samples $$tmp/$$i.json \
-	  --n-quarter $(KVPRESS_QUARTER) --n-half $(KVPRESS_HALF) --shard $$i/2 & done; wait; \
+	  --n-quarter $(KVPRESS_QUARTER) --n-half $(KVPRESS_HALF) --n-eighth $(KVPRESS_EIGHTH) --shard $$i/2 & done; wait; \
 	$(KVPRESS_VENV)/bin/python tests/oracles/kvpress_quality.py tests/fixtures/kvpress_smollm2$(KVPRESS_TAG).json \
 	  --merge $$tmp/0.json $$tmp/1.json; rm -rf $$tmp
 	set -e; tmp=$$(mktemp -d); for i in 0 1; do OMP_NUM_THREADS=1 $(BIN)/python tests/oracles/kvpress_compare.py \

@@ -2,7 +2,7 @@
 own pipeline: tests/fixtures/kvpress_smollm2.json at 1K tokens, kvpress_smollm2_2k.json and _4k.json) under every press
 it ran, and prints, per press and ratio, both accuracies and kvlab - kvpress with its paired bootstrap 95% interval.
 
-    .venv/bin/python tests/oracles/kvpress_compare.py [OUT.json] [--tokens 1024|2048|4096] [--ratio 0.75|0.5]
+    .venv/bin/python tests/oracles/kvpress_compare.py [OUT.json] [--tokens 1024|2048|4096] [--ratio 0.75|0.5|0.875]
     .venv/bin/python tests/oracles/kvpress_compare.py OUT.json --tokens T --shard i/k    (then: OUT.json --merge A B)
     .venv/bin/python tests/oracles/kvpress_compare.py --table [--tokens 1024|2048|4096]
 
@@ -69,16 +69,20 @@ def rows_of(ref: dict, verdicts: dict, log=print) -> list:
 
 
 def merge(out_path, parts: list, tokens: int) -> None:
-    """One comparison from shards (`--shard`): their verdicts joined in the samples file's order, rows recomputed."""
+    """One comparison from shards (`--shard`), or a committed comparison and a later run at other ratios (`--ratio`):
+    their verdicts joined in the samples file's order, every setting any part answered, rows recomputed."""
     from kvlab.quality.samples import read_samples
     files = paths(tokens)
     ref = json.loads(files["kvpress"].read_text())
     got = [json.loads(Path(p).read_text()) for p in parts]
     order = [s.id for s in read_samples(files["samples"])]
-    verdicts = {key: {i: v for g in got for i, v in g["verdicts"][key].items()} for key in got[0]["verdicts"]}
+    keys = dict.fromkeys(key for g in got for key in g["verdicts"])
+    verdicts = {key: {i: v for g in got for i, v in g["verdicts"].get(key, {}).items()} for key in keys}
     verdicts = {key: {i: v[i] for i in order if i in v} for key, v in verdicts.items()}
     out = {k: v for k, v in got[0].items() if k not in ("rows", "verdicts", "shard")}
-    out.update(rows=rows_of(ref, verdicts, log=lambda *a: None), verdicts=verdicts, shards=len(got))
+    out["kvpress_errors"] = {k: v for g in got for k, v in g.get("kvpress_errors", {}).items()}
+    out.update(rows=rows_of(ref, verdicts, log=lambda *a: None), verdicts=verdicts,
+               shards=sum(g.get("shards", 1) for g in got))
     Path(out_path).write_text(json.dumps(out, indent=1) + "\n")
 
 
@@ -86,7 +90,7 @@ def table(tokens: int = 1024) -> str:
     """The committed comparison at `tokens` as docs/quality.md's Markdown table (kvpress's failures as rows)."""
     files = paths(tokens)
     cmp, ref = (json.loads(files[k].read_text()) for k in ("comparison", "kvpress"))
-    keep = {None: "all", 0.75: "1/4", 0.5: "1/2"}
+    keep = {None: "all", 0.75: "1/4", 0.5: "1/2", 0.875: "1/8"}
     cell = lambda acc, n, ci: f"{round(acc * n)}/{n} {acc:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]"  # noqa: E731
     lines = ["| setting | keep | kvpress [Wilson 95%] | kvlab [Wilson 95%] | kvlab - kvpress [paired 95%] | "
              "same verdicts |", "|---|---|---|---|---|---|"]

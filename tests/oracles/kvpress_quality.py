@@ -2,7 +2,7 @@
 on the same samples kvlab evaluates (`make oracle-kvpress-quality` writes tests/fixtures/kvpress_smollm2.json).
 
     .venv-kvpress/bin/python tests/oracles/kvpress_quality.py MODEL_DIR SAMPLES.jsonl OUT.json \\
-        [--n-quarter N] [--n-half N] [--dtype bfloat16] [--shard i/k] [--start N] [--merge SHARD ...]
+        [--n-quarter N] [--n-half N] [--n-eighth N] [--dtype bfloat16] [--shard i/k] [--start N] [--merge SHARD ...]
 
 Runs in .venv-kvpress (kvpress 0.5.5 pins transformers < 5.3) and imports nothing of kvlab's package: the presses and
 their kvpress classes come from tests/kvpress_oracle.py (CASES, checked against kvlab's registry by
@@ -14,8 +14,9 @@ question suffix off, and encodes both without special tokens; _forward prefills 
 inside the press's hooks, then generate_answer reads question + suffix + answer prefix with positions continuing from
 the context's length and decodes greedily until the generation config's EOS or max_new_tokens (the sample's).
 Phase 1: the first --n-quarter samples under no press (the reference) and every press at compression ratio 0.75
-(keep 1/4); phase 2: the first --n-half samples at ratio 0.5 (keep 1/2). The output is rewritten after every sample,
-so an interrupted run leaves what it finished.
+(keep 1/4); phase 2: the first --n-half samples at ratio 0.5 (keep 1/2); phase 3: the first --n-eighth at ratio 0.875
+(keep 1/8). The output is rewritten after every sample, so an interrupted run leaves what it finished. --merge also
+adds a later run's settings to a finished fixture (a run of one phase beside the others).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 import kvpress_oracle as oracle  # noqa: E402  (tests/kvpress_oracle.py: press names -> kvpress classes)
 
-RATIOS = {"0.75": "keep 1/4", "0.5": "keep 1/2"}  # kvpress compression_ratio -> the kept share
+RATIOS = {"0.75": "keep 1/4", "0.5": "keep 1/2", "0.875": "keep 1/8"}  # kvpress compression_ratio -> the kept share
 OPTIONS = {"random": {"seed": 0}}  # press options for the quality run (else kvpress's defaults, as kvlab's)
 _CONTROL = re.compile(r"[\x00-\x1f]")
 
@@ -88,23 +89,31 @@ class Prefill:
 
 
 def merge(paths, out_path):
-    """One fixture from shard outputs (the same settings; samples and answers joined, in the samples file's order)."""
+    """One fixture from shard outputs, or a finished fixture and a later run's (another phase): samples and answers
+    joined in the samples file's order, every setting any part ran kept (a setting's error too)."""
     parts = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
     out = dict(parts[0])
     order = [json.loads(line)["id"] for line in
              (HERE.parent / "fixtures" / out["samples_file"]).read_text(encoding="utf-8").splitlines() if line.strip()]
     rank = {i: k for k, i in enumerate(order)}
-    out["samples"] = sorted((s for p in parts for s in p["samples"]), key=lambda s: rank.get(s["id"], 1e9))
-    for label, st in out["settings"].items():
-        answers = {k: v for p in parts for k, v in p["settings"][label]["answers"].items()}
-        st = out["settings"][label] = dict(st, seconds=round(sum(p["settings"][label]["seconds"] for p in parts), 1))
+    samples = {s["id"]: s for p in parts for s in p["samples"]}
+    out["samples"] = sorted(samples.values(), key=lambda s: rank.get(s["id"], 1e9))
+    labels = list(dict.fromkeys(label for p in parts for label in p["settings"]))
+    out["settings"] = {}
+    for label in labels:
+        had = [p["settings"][label] for p in parts if label in p["settings"]]
+        answers = {k: v for st in had for k, v in st["answers"].items()}
+        st = out["settings"][label] = dict(had[0], seconds=round(sum(st["seconds"] for st in had), 1))
+        for err in (st.get("error") for st in had if st.get("error")):
+            st["error"] = err
         st["answers"] = {s["id"]: answers[s["id"]] for s in out["samples"] if s["id"] in answers}
         st["n"], st["right"] = len(st["answers"]), sum(a["right"] for a in st["answers"].values())
-    out["shards"] = len(parts)
-    out["n_quarter"], out["n_half"] = (max(p[k] for p in parts) for k in ("n_quarter", "n_half"))
+    out["shards"] = sum(p.get("shards", 1) for p in parts)
+    for k in ("n_quarter", "n_half", "n_eighth"):
+        out[k] = max(p.get(k, 0) for p in parts)
     out["start"] = min(p.get("start", 0) for p in parts)
     out["wall_s"] = max(p["wall_s"] for p in parts)
-    out["cpu_s"] = round(sum(p["wall_s"] for p in parts), 1)
+    out["cpu_s"] = round(sum(p.get("cpu_s", p["wall_s"]) for p in parts), 1)
     Path(out_path).write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
@@ -115,6 +124,7 @@ def main(argv=None) -> int:
     ap.add_argument("out", nargs="?", help="the output JSON")
     ap.add_argument("--n-quarter", type=int, default=24, help="samples at ratio 0.75 and for the reference")
     ap.add_argument("--n-half", type=int, default=0, help="samples at ratio 0.5")
+    ap.add_argument("--n-eighth", type=int, default=0, help="samples at ratio 0.875")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     ap.add_argument("--presses", default=",".join(oracle.CASES), help="comma-separated kvlab press names")
     ap.add_argument("--shard", default="0/1", help="i/k: this process answers samples i, i+k, i+2k, ...")
@@ -162,7 +172,8 @@ def main(argv=None) -> int:
         "pipeline": "kvpress KVPressTextGenerationPipeline: preprocess, the prefill of _forward, generate_answer "
                     "(greedy)" + ("" if a.pipeline else "; the context prefilled once per sample and attention, each "
                                   "press's forward_hook replayed on its layers' kept inputs"),
-        "samples_file": Path(a.samples).name, "n_quarter": a.n_quarter, "n_half": a.n_half, "shard": a.shard,
+        "samples_file": Path(a.samples).name, "n_quarter": a.n_quarter, "n_half": a.n_half,
+        "n_eighth": a.n_eighth, "shard": a.shard,
         "start": a.start,
         "options": {p: OPTIONS.get(p, {}) for p in presses},
         "classes": {p: oracle.CASES[p][0] + ("(SnapKVPress)" if p in oracle.WRAPPED else "") for p in presses},
@@ -197,7 +208,8 @@ def main(argv=None) -> int:
         s["answers"][row["id"]] = dict(text=text, right=is_right(text, row["answer"]))
 
     phases = [(a.n_quarter, [k for k, v in settings.items() if v[1] in (None, 0.75)]),
-              (a.n_half, [k for k, v in settings.items() if v[1] == 0.5])]
+              (a.n_half, [k for k, v in settings.items() if v[1] == 0.5]),
+              (a.n_eighth, [k for k, v in settings.items() if v[1] == 0.875])]
     for n, labels in phases:
         for k, row in enumerate(rows[:n]):
             if k < a.start or k % shards != shard:
