@@ -135,12 +135,11 @@ def cmd_eval(args) -> int:
     if args.task is not None and not real and args.task not in _toy_tasks():
         raise ParameterError(f"task must be one of RULER's (a real model) {', '.join(_real_tasks())} or a checkpoint's "
                              f"{', '.join(_toy_tasks())}; got {args.task!r}")
-    from ..hf.quality import FRACTION, at_context, mechanism_label
+    from ..hf.quality import at_context, mechanism_label
     from ..layout import kv_plan
     kv_plan(args.kv_format, args.k_format, args.v_format, args.residual, args.block)  # checked before the model loads
     if args.mechanism is not None:
         mechanism_label(args.mechanism)  # 'window=1/4': a fraction of each context, resolved per length below
-    fraction = args.mechanism is not None and FRACTION.search(args.mechanism) is not None
     if args.press is not None:
         from ..hf.presses import make_plan
         make_plan(args.press, args.keep, args.keep_bytes, args.press_mode)
@@ -172,7 +171,7 @@ def cmd_eval(args) -> int:
             check_task_tokens(model, args.task_tokens or 1024)
             budget_fits(args.task_tokens or 1024, "the task's contexts (--task-tokens)")
     r = evaluate(args.model, args.kv_format, args.k_format, args.v_format, args.residual,
-                 at_context(args.mechanism, args.tokens) if fraction else args.mechanism,
+                 None if args.mechanism is None else at_context(args.mechanism, args.tokens),
                  tokens=args.tokens, task=None if real else args.task, samples=args.samples, chunk=args.chunk,
                  block=args.block, decode_steps=args.decode_steps, device=args.device, windows=args.windows,
                  press=args.press, keep=args.keep, keep_bytes=args.keep_bytes, press_mode=args.press_mode,

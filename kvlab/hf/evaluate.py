@@ -100,8 +100,8 @@ def load(name: str, dtype: torch.dtype = torch.bfloat16):
 
 def _softcapped(config) -> bool:
     """A model whose attention soft-caps its logits (Gemma 2's attn_logit_softcapping)."""
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    return bool(getattr(text, "attn_logit_softcapping", None))
+    from .cache.family import text_config
+    return bool(getattr(text_config(config), "attn_logit_softcapping", None))
 
 
 @contextmanager

@@ -12,16 +12,14 @@ def attend(query, key, value, mask, scale: float, softcap: float | None = None) 
     attends; float: added to the scores) or None (causal, the S queries being the last S of the T positions).
     Returns [B, H, S, Dv]."""
     h, hkv = query.shape[1], key.shape[1]
+    if mask is None:
+        mask = causal(query.shape[2], key.shape[2], query.device)
     if not softcap:
-        if mask is None:
-            mask = causal(query.shape[2], key.shape[2], query.device)
         return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale, enable_gqa=hkv != h)
     if hkv != h:
         key, value = (x.repeat_interleave(h // hkv, dim=1) for x in (key, value))  # [B, H, T, D]
     scores = torch.matmul(query, key.transpose(2, 3)) * scale  # [B, H, S, T]
     scores = torch.tanh(scores / softcap) * softcap
-    if mask is None:
-        mask = causal(query.shape[2], key.shape[2], query.device)
     if mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask, float("-inf"))
     else:

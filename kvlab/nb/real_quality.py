@@ -147,9 +147,9 @@ def grid_markdown(folder) -> str:
     keys = [k.rsplit("|", 2) for k in acc]  # model, setting, context
     contexts = sorted({int(c) for _, _, c in keys})
     models = list(dict.fromkeys(m for m, _, _ in keys))
-    ks = " / ".join(f"{c / 1024:g}K" for c in contexts)
-    lines = [f"| model | setting | bytes/BF16 ({ks}) | "
-             + " | ".join(f"{c // 1024}K acc [Wilson 95%]" for c in contexts) + " |",
+    name = {c: f"{c / 1024:g}K" for c in contexts}
+    lines = [f"| model | setting | bytes/BF16 ({' / '.join(name.values())}) | "
+             + " | ".join(f"{name[c]} acc [Wilson 95%]" for c in contexts) + " |",
              "|---|---|---|" + "---|" * len(contexts)]
     for m in models:
         settings = list(dict.fromkeys(s for mm, s, _ in keys if mm == m))

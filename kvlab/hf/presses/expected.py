@@ -38,9 +38,8 @@ class ExpectedAttention(Press):
                                  f"got {t}")
 
     def _rotation(self, x: PressInput, t: int, d: int) -> torch.Tensor:
-        """The mean over future positions t .. t + n - 1 of RoPE's rotation matrix: [D, D]."""
-        if x.rotary is None:
-            raise ParameterError("expected_attention needs the model's rotary embedding: give make_cache the model")
+        """The mean over future positions t .. t + n - 1 of RoPE's rotation matrix: [D, D] (`score` checked the
+        rotary embedding)."""
         dev = x.queries.device
         pos = torch.arange(t, t + self.n_future_positions, device=dev)[None]
         cos, sin = x.rotary(x.queries, pos)  # [1, n, D] each
