@@ -10,7 +10,8 @@ from transformers.models.gemma2.modeling_gemma2 import eager_attention_forward
 from kvlab.hf import make_cache
 from kvlab.hf.evaluate import held_bytes, load
 from kvlab.hf.mechanisms import use_kvlab_attention
-from kvlab.hf.sdpa import attend, causal
+from kvlab.attention.dense import causal_mask
+from kvlab.hf.sdpa import attend
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 CAP = 0.5
@@ -40,7 +41,7 @@ def test_attend_is_gemma2_eager(dtype, held):
     s, t = 6, 6 + held
     q, k, v = torch.randn(2, 4, s, 16, dtype=dtype), torch.randn(2, 2, t, 16, dtype=dtype), \
         torch.randn(2, 2, t, 16, dtype=dtype)
-    allowed = causal(s, t, "cpu")  # [1, 1, S, T]
+    allowed = causal_mask(s, t)[None, None]  # [1, 1, S, T]
     additive = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
     module = torch.nn.Module()
     module.num_key_value_groups, module.head_dim, module.training = 2, 16, False

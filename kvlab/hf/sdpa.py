@@ -6,18 +6,20 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..attention.dense import causal_mask, expand_kv
+
 
 def attend(query, key, value, mask, scale: float, softcap: float | None = None) -> torch.Tensor:
     """query [B, H, S, D], key / value [B, Hkv, T, D] (Hkv divides H); mask [B, 1 or H, S, T] (bool: True
     attends; float: added to the scores) or None (causal, the S queries being the last S of the T positions).
     Returns [B, H, S, Dv]."""
-    h, hkv = query.shape[1], key.shape[1]
+    h = query.shape[1]
     if mask is None:
-        mask = causal(query.shape[2], key.shape[2], query.device)
+        mask = causal_mask(query.shape[2], key.shape[2]).to(query.device)[None, None]  # [1, 1, S, T]
     if not softcap:
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale, enable_gqa=hkv != h)
-    if hkv != h:
-        key, value = (x.repeat_interleave(h // hkv, dim=1) for x in (key, value))  # [B, H, T, D]
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale,
+                                              enable_gqa=key.shape[1] != h)
+    key, value = expand_kv(key, h), expand_kv(value, h)  # [B, H, T, D]
     scores = torch.matmul(query, key.transpose(2, 3)) * scale  # [B, H, S, T]
     scores = torch.tanh(scores / softcap) * softcap
     if mask.dtype == torch.bool:
@@ -26,9 +28,3 @@ def attend(query, key, value, mask, scale: float, softcap: float | None = None) 
         scores = scores + mask
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     return torch.matmul(weights, value)  # [B, H, S, Dv]
-
-
-def causal(s: int, t: int, device) -> torch.Tensor:
-    """[1, 1, S, T] bool: query i (the (T - S + i)-th position) sees keys 0 .. T - S + i."""
-    q = torch.arange(t - s, t, device=device)[:, None]
-    return (torch.arange(t, device=device)[None, :] <= q)[None, None]
