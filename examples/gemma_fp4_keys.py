@@ -1,13 +1,14 @@
 """NVFP4 / MXFP4 keys in Gemma-3-270M's three full-attention layers alone, with and without the first token's key
 kept in BF16: does the attention sink explain NVFP4's loss (docs/quality.md)?
 
-    .venv/bin/python examples/gemma_fp4_keys.py [--tokens 4096] [--samples 16] [--new 32]
+    .venv/bin/python examples/gemma_fp4_keys.py [--tokens 4096] [--samples 16] [--new 32] [--formats F,F,...]
 
 The keys are fake-quantized inside attention (read back through the format, `kvlab.quant.roundtrip`; both formats
 scale per token along head_dim, so quantizing the whole cache at every read equals quantizing each token once) on
 forwards that read a cache, never on the context's own prefill, as kvlab's cache does under the question-agnostic
 protocol; values and the sliding layers stay BF16. Greedy, `--new` tokens at most, niah_single_2, seed 0 (the grid's
-samples). Measured 2026-12-06 on 2 shared cores: 539 s at 4,096 tokens.
+samples). `--formats` runs those key formats instead (any kvlab format or variant: nvfp4_b32 is NVFP4's E4M3 scale
+over 32, mxfp4_b16 MXFP4's power-of-two scale over 16). Measured 2026-12-06 on 2 shared cores: 539 s at 4,096 tokens.
 """
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ def main(argv=None) -> None:
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--samples", type=int, default=16)
     ap.add_argument("--new", type=int, default=32, help="new tokens at most per answer")
+    ap.add_argument("--formats", help="comma-separated key formats to run instead of the default four settings")
     a = ap.parse_args(argv)
+    modes = {f"{f} keys": (f, False) for f in a.formats.split(",")} if a.formats else MODES
     model, tok = load(str(resolve_model("gemma-3-270m")))
     full = {i for i, t in enumerate(model.config.layer_types) if t == "full_attention"}
     mode = {"fmt": None, "keep_first": False}
@@ -68,13 +71,13 @@ def main(argv=None) -> None:
                 out = model(torch.tensor([[t]]), past_key_values=cache, use_cache=True)
         return tok.decode(ids, skip_special_tokens=True)
 
-    right = {m: 0 for m in MODES}
+    right = {m: 0 for m in modes}
     t0 = time.perf_counter()
     samples = generate("niah_single_2", tok, a.tokens, a.samples, 0, None)
     for i, smp in enumerate(samples):
         p = sample_prompt(tok, smp)
         texts = {}
-        for m, (fmt, keep_first) in MODES.items():
+        for m, (fmt, keep_first) in modes.items():
             mode.update(fmt=fmt, keep_first=keep_first)
             texts[m] = answer(p)
             right[m] += is_right(texts[m], smp.answer)
