@@ -22,6 +22,7 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 from kvlab.hf.evaluate import load
 from kvlab.hf.pretrained import resolve_model
+from kvlab.quality.evaluate import generate_answer
 from kvlab.quality.prompt import sample_prompt
 from kvlab.quality.scoring import is_right
 from kvlab.quality.tasks import generate
@@ -54,22 +55,13 @@ def main(argv=None) -> None:
     ALL_MASK_ATTENTION_FUNCTIONS.register("kvlab_fake_keys", sdpa_mask)
     AttentionInterface.register("kvlab_fake_keys", attention)
     model.set_attn_implementation("kvlab_fake_keys")
-    eos = model.generation_config.eos_token_id
-    eos = {tok.eos_token_id, *([eos] if isinstance(eos, int) else eos or [])}
 
-    def answer(p) -> str:
+    def answer(p, smp) -> str:
+        """The context prefilled (keys unquantized), then kvlab's greedy reader to `--new` tokens."""
         cache = DynamicCache(config=model.config)
         with torch.no_grad():
             model(torch.tensor([p.context_ids]), past_key_values=cache, use_cache=True)
-            out = model(torch.tensor([p.question_ids]), past_key_values=cache, use_cache=True)
-            ids = []
-            for _ in range(a.new):
-                t = int(out.logits[0, -1].argmax())
-                if t in eos:
-                    break
-                ids.append(t)
-                out = model(torch.tensor([[t]]), past_key_values=cache, use_cache=True)
-        return tok.decode(ids, skip_special_tokens=True)
+        return generate_answer(model, tok, cache, p.question_ids, smp.answer, a.new, stop_when_right=False)[0]
 
     right = {m: 0 for m in modes}
     t0 = time.perf_counter()
@@ -79,7 +71,7 @@ def main(argv=None) -> None:
         texts = {}
         for m, (fmt, keep_first) in modes.items():
             mode.update(fmt=fmt, keep_first=keep_first)
-            texts[m] = answer(p)
+            texts[m] = answer(p, smp)
             right[m] += is_right(texts[m], smp.answer)
         print(i, " | ".join(f"{m}: {t[:24]!r}" for m, t in texts.items()), flush=True)
     for m, r in right.items():
