@@ -218,7 +218,7 @@ def test_block_pool_bulk_operations_equal_one_block_at_a_time(seed, monkeypatch)
     if seed % 2:  # compact the tail at every free
         monkeypatch.setattr(BlockPool, "SLACK", -10**9)
         compact = BlockPool._compact
-        monkeypatch.setattr(BlockPool, "_compact", lambda self: (compacted.append(len(self.tail_at)), compact(self)))
+        monkeypatch.setattr(BlockPool, "_compact", lambda self: (compacted.append(self.in_tail), compact(self)))
     fast, plain = BlockPool(120), PlainPool(120)
     fast.evicted = []  # as host tiers set it
     held = []  # (blocks, keys) of live requests

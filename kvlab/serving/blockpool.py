@@ -10,39 +10,58 @@ cached block is taken anew is recorded in `evicted` when host tiers listen (kvla
 """
 from __future__ import annotations
 
-from collections import Counter, OrderedDict, deque
-from itertools import compress, repeat
-from operator import not_, sub
+from collections import OrderedDict, deque
+from itertools import compress
+
+import numpy as np
 
 
 class BlockPool:
-    """Blocks of one replica's KV pool. The free queue is kept in three parts so that a pool of millions of blocks
-    costs nothing until it is used: blocks put back at the head (unhashed), the never-used blocks (a range, in
-    order), blocks put back at the tail (hashed); state is kept only for blocks that were handed out. A request
-    takes, hashes and frees hundreds of blocks at once, so each of those is done with bulk dict operations over
-    the whole run, one Python step per block only where blocks are shared or a key has several blocks."""
+    """Blocks of one replica's KV pool. The free queue is kept in three parts: blocks put back at the head
+    (unhashed), the never-used blocks (a range, in order), blocks put back at the tail (hashed). A request takes,
+    hashes and frees hundreds of blocks at once, so per-block state (reference count, hash, place in the tail) lives
+    in arrays indexed by block and each of those is one vectorized operation over the run; a dict maps each key to
+    its cached block, and one Python step per block is taken only where a key has several blocks. Block ids in and
+    out are Python ints; keys are ints that fit in 64 bits (kvlab.serving.replica.prompt_keys,
+    kvlab.serving.scheduler.output_key)."""
 
     SLACK = 4096  # stale tail entries kept beyond as many as live ones before the tail is compacted
 
     def __init__(self, num_blocks: int, caching: bool = True):
         self.num_blocks = num_blocks  # blocks in the pool, the null block included
         self.caching = caching  # prefix caching on
-        self.ref: dict[int, int] = {}  # requests holding each block handed out (absent: 0)
-        self.key: dict = {}  # hash key of a full cached block (absent: not cached)
+        # per-block state (zeroed arrays cost no memory until blocks are used)
+        self.refs = np.zeros(num_blocks, np.int32)  # [N] requests holding each block
+        self.hashed = np.zeros(num_blocks, bool)  # [N] block carries a key
+        self.keys = np.zeros(num_blocks, np.int64)  # [N] its key, where hashed
+        self.at = np.zeros(num_blocks, np.int64)  # [N] batch of the tail the block sits in (0: not in the tail)
         self.first: dict = {}  # key -> the first block cached under it (what a hit takes)
         self.more: dict = {}  # key -> {block: None}: its other cached blocks, first cached first (absent: none)
         self.head_q: OrderedDict[int, None] = OrderedDict()  # free blocks before the never-used ones
         self.fresh = 1  # next never-used block (block 0: vLLM's null block, popped at start and never freed)
         # free blocks after the never-used ones, least recently freed first, kept as the batches `free` put there
-        # (a request's blocks at once): a block taken back by a hit is only dropped from `tail_at`, and its entry
-        # in its batch skipped when the queue reaches it (or dropped when stale entries outnumber live ones)
-        self.tail_at: dict[int, int] = {}  # block in the tail -> the batch it was freed in
-        self.tail: deque = deque()  # [batch number, blocks, place of the first not passed yet], oldest first
-        self.batches = 0  # batches put in the tail so far
+        # (a request's blocks at once): a block taken back by a hit only has its `at` cleared, and its entry in its
+        # batch is skipped when the queue reaches it (or dropped when stale entries outnumber live ones)
+        self.tail: deque = deque()  # [batch number, blocks [n], place of the first not passed yet], oldest first
+        self.batches = 1  # number of the next batch put in the tail
         self.live: dict[int, int] = {}  # batch -> its blocks still in the tail (absent once passed)
+        self.in_tail = 0  # blocks in the tail
         self.entries = 0  # entries of `tail` not passed yet, stale ones included
         self.evicted: list | None = None  # when a list: keys whose last cached block `take` reused, appended in order
         # (host tiers behind the pool read them: kvlab.serving.hosttiers)
+
+    # -- views (tests and inspection) ----------------------------------------------------------------------------
+    @property
+    def ref(self) -> dict:
+        """block -> requests holding it, for blocks held."""
+        b = np.flatnonzero(self.refs)
+        return dict(zip(b.tolist(), self.refs[b].tolist()))
+
+    @property
+    def key(self) -> dict:
+        """block -> the key it carries, for hashed blocks."""
+        b = np.flatnonzero(self.hashed)
+        return dict(zip(b.tolist(), self.keys[b].tolist()))
 
     @property
     def cached(self) -> dict:
@@ -50,14 +69,23 @@ class BlockPool:
         return {k: [b, *self.more.get(k, ())] for k, b in self.first.items()}
 
     def free_count(self) -> int:
-        return len(self.head_q) + (self.num_blocks - self.fresh) + len(self.tail_at)
+        return len(self.head_q) + (self.num_blocks - self.fresh) + self.in_tail
+
+    def _tail_array(self) -> np.ndarray:
+        """The free blocks after the never-used ones, in free-queue order."""
+        at, live = self.at, self.live
+        parts = []
+        for i, bl, pos in self.tail:
+            if live[i]:
+                seg = bl[pos:]
+                parts.append(seg[at[seg] == i])
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def tail_blocks(self) -> list[int]:
         """The free blocks after the never-used ones, in free-queue order."""
-        at = self.tail_at
-        live = self.live
-        return [b for i, bl, pos in self.tail if live[i] for b in bl[pos:] if at.get(b) == i]
+        return self._tail_array().tolist()
 
+    # -- hits -------------------------------------------------------------------------------------------------------
     def hit(self, keys) -> list[int]:
         """Blocks cached for the longest run of leading keys."""
         if not self.caching:
@@ -69,55 +97,58 @@ class BlockPool:
             return found
 
     def evictable(self, blocks) -> int:
-        """How many of `blocks` (cache hits) sit in the free queue, so taking them uses free blocks (a block held
-        by a request has a count of at least 1 in `ref`; a free one none)."""
-        return len(blocks) - sum(map(self.ref.__contains__, blocks))
+        """How many of `blocks` (cache hits) sit in the free queue, so taking them uses free blocks."""
+        return len(blocks) - int(np.count_nonzero(self.refs[np.array(blocks, np.int64)]))
 
     def touch(self, blocks) -> None:
-        """Hold each of `blocks` (cache hits) once more; a free one leaves the free queue."""
-        ref = self.ref
-        counts = list(map(ref.get, blocks, repeat(0)))
-        ref.update(zip(blocks, [c + 1 for c in counts]))
-        if 0 in counts:
-            idle = list(compress(blocks, [c == 0 for c in counts]))
-            gone = list(map(self.tail_at.pop, idle, repeat(-1)))  # -1: not in the tail
+        """Hold each of `blocks` (cache hits, distinct) once more; a free one leaves the free queue."""
+        b = np.array(blocks, np.int64)  # [n]
+        refs = self.refs
+        counts = refs[b]
+        refs[b] = counts + 1
+        idle = b[counts == 0]  # free until now: in the tail, or (unhashed since) at the head
+        if not len(idle):
+            return
+        at = self.at
+        gone = at[idle]
+        inq = gone > 0
+        if inq.any():
+            at[idle[inq]] = 0
+            batches, n = np.unique(gone[inq], return_counts=True)
             live = self.live
-            for i, c in Counter(gone).items():
-                if i >= 0:
-                    live[i] -= c
-            if -1 in gone:
-                for b, g in zip(idle, gone):
-                    if g == -1:
-                        del self.head_q[b]
+            for i, c in zip(batches.tolist(), n.tolist()):
+                live[i] -= c
+            self.in_tail -= int(n.sum())
+        if not inq.all():
+            for x in idle[~inq].tolist():
+                del self.head_q[x]
 
+    # -- taking ---------------------------------------------------------------------------------------------------
     def take(self, n: int) -> list[int]:
         """`n` free blocks in free-queue order (the head's, then never-used ones, then the tail's, least recently
         freed first), each dropping the hash it carried; held once each."""
         if n == 1:  # a decode crossing a block boundary: the common case, done directly
             return [self._take_one()]
-        out = []
-        head_q, ref = self.head_q, self.ref
+        head = []
+        head_q = self.head_q
         while n and head_q:
-            out.append(head_q.popitem(last=False)[0])
+            head.append(head_q.popitem(last=False)[0])
             n -= 1
-        m = min(n, self.num_blocks - self.fresh)
-        if m > 0:  # never used: no hash to drop
-            fresh = range(self.fresh, self.fresh + m)
-            self.fresh += m
-            n -= m
-        else:
-            fresh = ()
-        if n:
-            out += self._take_tail(n)
-        if out:
-            self._unhash(out)
-            ref.update(dict.fromkeys(out, 1))
-        if fresh:
-            ref.update(dict.fromkeys(fresh, 1))
-            if len(out) == 0:
-                return list(fresh)
-            k = len(out) - n  # the head's blocks come before the never-used ones, the tail's after
-            out[k:k] = fresh
+        m = max(min(n, self.num_blocks - self.fresh), 0)
+        lo = self.fresh
+        self.fresh += m
+        n -= m
+        self.refs[lo:lo + m] = 1  # never used: no hash to drop
+        tail = self._take_tail(n) if n else None
+        out = head + list(range(lo, lo + m))
+        if head:
+            h = np.array(head, np.int64)
+            self._unhash(h)
+            self.refs[h] = 1
+        if tail is not None and len(tail):
+            self._unhash(tail)
+            self.refs[tail] = 1
+            out += tail.tolist()
         return out
 
     def _take_one(self) -> int:
@@ -127,24 +158,25 @@ class BlockPool:
         elif self.fresh < self.num_blocks:
             b = self.fresh
             self.fresh += 1
-            self.ref[b] = 1
+            self.refs[b] = 1
             return b
         else:
-            b = self._take_tail(1)[0]
-        k = self.key.pop(b, None)
-        if k is not None:
+            b = int(self._take_tail(1)[0])
+        if self.hashed[b]:
+            self.hashed[b] = False
+            k = int(self.keys[b])
             if k in self.more:
-                self._unhash_slow([b], [k])
+                self._drop_slow([b], [k])
             else:
                 del self.first[k]
                 if self.evicted is not None:
                     self.evicted.append(k)
-        self.ref[b] = 1
+        self.refs[b] = 1
         return b
 
-    def _take_tail(self, n: int) -> list[int]:
+    def _take_tail(self, n: int) -> np.ndarray:
         """The first `n` blocks of the tail, taken out of it."""
-        at, tail, live = self.tail_at, self.tail, self.live
+        at, tail, live = self.at, self.tail, self.live
         out = []
         while n:
             batch = tail[0]
@@ -154,47 +186,55 @@ class BlockPool:
                 tail.popleft()
                 del live[i]
                 continue
-            end = min(pos + n, len(bl))
-            got = [b for b in bl[pos:end] if at.get(b) == i]  # live (a block hit since, or freed again, is not)
-            self.entries -= end - pos
-            live[i] -= len(got)
-            if end == len(bl):
+            if live[i] <= n:  # the whole batch
+                seg = bl[pos:]
+                got = seg[at[seg] == i]  # live (a block hit since, or freed again, is not)
+                self.entries -= len(seg)
                 tail.popleft()
                 del live[i]
-            else:
-                batch[2] = end
-            out += got
+            else:  # its first n live blocks: look through a window of entries that likely holds them
+                seg = bl[pos:pos + 2 * n + 32]
+                idx = np.flatnonzero(at[seg] == i)[:n]
+                got = seg[idx]
+                end = int(idx[-1]) + 1 if len(idx) == n else len(seg)
+                self.entries -= end
+                batch[2] = pos + end
+                live[i] -= len(got)
+            out.append(got)
             n -= len(got)
-        list(map(at.pop, out))
-        return out
+        got = out[0] if len(out) == 1 else np.concatenate(out)
+        at[got] = 0
+        self.in_tail -= len(got)
+        return got
 
     def _compact(self) -> None:
         """One batch of the tail's live blocks, in order, when stale entries outnumber them."""
-        live = self.tail_blocks()
-        self.tail_at = dict.fromkeys(live, self.batches)
+        live = self._tail_array()
+        self.at[live] = self.batches
         self.tail = deque([[self.batches, live, 0]])
         self.live = {self.batches: len(live)}
         self.batches += 1
         self.entries = len(live)
 
-    def _unhash(self, blocks) -> None:
-        """Drop the hash each of `blocks` carries (a block taken anew), keeping its key's other blocks cached."""
-        ks = list(map(self.key.pop, blocks, repeat(None)))
-        first, more = self.first, self.more
-        if not more:  # every key has one block: drop them all at once
-            gone = [k for k in ks if k is not None]
-            list(map(first.pop, gone))
+    def _unhash(self, blocks: np.ndarray) -> None:
+        """Drop the hash each of `blocks` carries (blocks taken anew), keeping its key's other blocks cached."""
+        h = self.hashed[blocks]
+        if not h.any():
+            return
+        b = blocks[h]
+        self.hashed[b] = False
+        ks = self.keys[b].tolist()
+        if not self.more:  # every key has one block: drop them all at once
+            list(map(self.first.pop, ks))
             if self.evicted is not None:
-                self.evicted += gone
+                self.evicted += ks
         else:
-            self._unhash_slow(blocks, ks)
+            self._drop_slow(b.tolist(), ks)
 
-    def _unhash_slow(self, blocks, ks) -> None:
-        """`_unhash` one block at a time (`ks`: the keys they carried, None: none), where a key has several."""
+    def _drop_slow(self, blocks, ks) -> None:
+        """Drop block b from key k's cached blocks for each pair, one at a time (where a key has several)."""
         first, more = self.first, self.more
         for b, k in zip(blocks, ks):
-            if k is None:
-                continue
             bs = more.get(k)
             if bs is None:
                 del first[k]
@@ -210,6 +250,7 @@ class BlockPool:
                 if not bs:
                     del more[k]
 
+    # -- hashing --------------------------------------------------------------------------------------------------
     def cache(self, b: int, k) -> None:
         """Hash full block `b` under key `k` (another block of the same key stays cached beside it)."""
         self.cache_many([b], [k])
@@ -218,35 +259,37 @@ class BlockPool:
         """`cache(b, k)` for each pair, in order (a block hashed already keeps its hash)."""
         if not self.caching or not blocks:
             return
-        key, first = self.key, self.first
+        first = self.first
         if len(blocks) == 1:  # a decode filling a block: the common case, done directly
             b = blocks[0]
-            if b not in key:
+            if not self.hashed[b]:
                 k = keys[0]
-                key[b] = k
+                self.hashed[b] = True
+                self.keys[b] = k
                 if k in first:
                     self.more.setdefault(k, {})[b] = None
                 else:
                     first[k] = b
             return
-        known = list(map(key.__contains__, blocks))
-        if True in known:  # hits at the front are hashed already
-            if all(known):
+        if len(blocks) != len(keys):  # pairs, as zip makes them
+            n = min(len(blocks), len(keys))
+            blocks, keys = blocks[:n], keys[:n]
+        arr = np.array(blocks, np.int64)  # [n]
+        known = self.hashed[arr]
+        if known.any():  # hits at the front are hashed already
+            if known.all():
                 return
-            j = known.index(False)
-            if True in known[j:]:
-                pairs = [(b, k) for b, k, kn in zip(blocks, keys, known) if not kn]
-                blocks, keys = [b for b, _ in pairs], [k for _, k in pairs]
-            else:
-                blocks, keys = blocks[j:], keys[j:]
-        keys = list(keys)
+            new = ~known
+            arr = arr[new]
+            blocks = arr.tolist()
+            keys = list(compress(keys, new.tolist()))
+        self.hashed[arr] = True
+        self.keys[arr] = keys
         if True not in map(first.__contains__, keys) and len(set(keys)) == len(keys):
             first.update(zip(keys, blocks))  # every key new and distinct: each block is its key's first
-            key.update(zip(blocks, keys))
             return
         more = self.more
         for b, k in zip(blocks, keys):
-            key[b] = k
             if k in first:
                 d = more.get(k)
                 if d is None:
@@ -256,36 +299,38 @@ class BlockPool:
             else:
                 first[k] = b
 
+    # -- freeing ----------------------------------------------------------------------------------------------------
     def free(self, blocks) -> None:
         """Release one request's blocks, its last block first (vLLM frees in reverse, so the tail is evicted first):
         a block no longer held goes to the back of the free queue if it is hashed (LRU), to the front if not
         (vLLM reuses blocks that can never hit first: block_pool.py free_blocks)."""
-        ref, key = self.ref, self.key
-        rev = blocks[::-1]
-        counts = list(map(ref.pop, rev))
-        if max(counts, default=1) > 1:  # shared blocks stay held by the others
-            left = list(map(sub, counts, repeat(1)))
-            ref.update(compress(zip(rev, left), left))
-            rev = list(compress(rev, map(not_, left)))
-        hashed = list(map(key.__contains__, rev))
-        if False not in hashed:
+        if not len(blocks):
+            return
+        rev = np.array(blocks, np.int64)[::-1]  # [n]
+        refs = self.refs
+        counts = refs[rev]
+        refs[rev] = counts - 1
+        if counts.max() > 1:  # shared blocks stay held by the others
+            rev = rev[counts == 1]
+        hashed = self.hashed[rev]
+        if hashed.all():
             self._to_tail(rev)
             return
-        self._to_tail(list(compress(rev, hashed)))
-        first = list(compress(rev, [not h for h in hashed]))
+        self._to_tail(rev[hashed])
         head_q = self.head_q
-        for b in reversed(first):
+        for b in rev[~hashed][::-1].tolist():
             head_q[b] = None
             head_q.move_to_end(b, last=False)
 
-    def _to_tail(self, blocks: list) -> None:
+    def _to_tail(self, blocks: np.ndarray) -> None:
         """Put `blocks` (no longer held, hashed) at the back of the free queue, in order."""
-        if not blocks:
+        if not len(blocks):
             return
-        self.tail_at.update(dict.fromkeys(blocks, self.batches))
+        self.at[blocks] = self.batches
         self.tail.append([self.batches, blocks, 0])
         self.live[self.batches] = len(blocks)
         self.batches += 1
         self.entries += len(blocks)
-        if self.entries > 2 * len(self.tail_at) + self.SLACK:
+        self.in_tail += len(blocks)
+        if self.entries > 2 * self.in_tail + self.SLACK:
             self._compact()
