@@ -41,8 +41,8 @@ def test_roofline_decode_run_equals_each_step(model, tp):
     src = Roofline(model, "h200", "vllm", tp, weights=21_000_000_000) if model == "gpt-oss-20b" else \
         step_time(model, "h200", "vllm", tp, source="roofline")
     rng = np.random.default_rng(7)
-    for batch in (1, 3, 17):
-        ctx = rng.integers(0, 40_000, batch)
+    for batch, most in ((1, 40_000), (3, 40_000), (17, 40_000), (256, 1_000_000)):  # the last: a full batch, long contexts
+        ctx = rng.integers(0, most, batch)
         ctx[0] = 0  # a context of 0 is priced as 1, as step_s does
         run = src.decode_run_s(ctx, 50)
         assert run.shape == (50,)

@@ -161,7 +161,7 @@ class BlockPool:
             self.refs[b] = 1
             return b
         else:
-            b = int(self._take_tail(1)[0])
+            b = self._pop_tail()
         if self.hashed[b]:
             self.hashed[b] = False
             k = int(self.keys[b])
@@ -172,6 +172,34 @@ class BlockPool:
                 if self.evicted is not None:
                     self.evicted.append(k)
         self.refs[b] = 1
+        return b
+
+    def _pop_tail(self) -> int:
+        """The tail's first block, taken out of it (`_take_tail(1)` without array overhead)."""
+        at, tail, live = self.at, self.tail, self.live
+        while True:
+            batch = tail[0]
+            i, bl, pos = batch
+            if live[i]:
+                break
+            self.entries -= len(bl) - pos  # every block of it was hit since: pass it whole
+            tail.popleft()
+            del live[i]
+        start = pos
+        b = bl.item(pos)
+        while at.item(b) != i:  # a stale entry (hit since, or freed again)
+            pos += 1
+            b = bl.item(pos)
+        pos += 1
+        self.entries -= pos - start
+        live[i] -= 1
+        if pos == len(bl):
+            tail.popleft()
+            del live[i]
+        else:
+            batch[2] = pos
+        at[b] = 0
+        self.in_tail -= 1
         return b
 
     def _take_tail(self, n: int) -> np.ndarray:

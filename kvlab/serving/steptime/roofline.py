@@ -114,6 +114,9 @@ class Roofline(StepTimeSource):
         self._windows = None  # other layouts: attention layers per window, on first use (_keys_flops)
         self._kv_at: list[int] = []  # [C] KV bytes of one request at context c (index c >= 1), grown on demand
         self._flops_at: list[float] = []  # [C] attention FLOPs of one decode token at context c (same elementwise ops)
+        self._kv_np = np.zeros(0, np.int64)  # [C] `_kv_at` as an array (a stretch of decode steps gathers from it)
+        self._fl_np = np.zeros(0)  # [C] `_flops_at` as an array
+        self._fl_whole = False  # every `_flops_at` entry a whole number below 2^53 (row sums exact in int64)
 
     @classmethod
     def for_deployment(cls, d) -> "Roofline":
@@ -198,9 +201,11 @@ class Roofline(StepTimeSource):
             return _Lookup(zip(ctx.tolist(), kv)), _Lookup(zip(ctx.tolist(), fl.tolist()))
         if hi >= len(self._kv_at):
             t = np.maximum(np.arange(max(hi + 1, 2 * len(self._kv_at), 4096), dtype=np.int64), 1)  # [C]
-            self._kv_at = self.alloc.layout.totals(t).tolist()
-            self._flops_at = (self.v4.context_flops(t) if self.v4 is not None
-                              else self._keys_flops((t + 1).astype(float))).tolist()  # a decode sees context + 1 keys
+            self._kv_np = self.alloc.layout.totals(t)
+            self._fl_np = (self.v4.context_flops(t) if self.v4 is not None
+                           else self._keys_flops((t + 1).astype(float)))  # a decode sees context + 1 keys
+            self._kv_at, self._flops_at = self._kv_np.tolist(), self._fl_np.tolist()
+            self._fl_whole = bool(np.all(np.floor(self._fl_np) == self._fl_np) and self._fl_np.max() < 2.0 ** 53)
         return self._kv_at, self._flops_at
 
     def _terms(self, decode: list, chunks: list) -> tuple[float, int, float, float, float]:
@@ -229,10 +234,22 @@ class Roofline(StepTimeSource):
         at = np.maximum(ctx[None, :] + np.arange(steps, dtype=np.int64)[:, None], 1)  # [steps, B]
         b = ctx.size
         wb = self.weight_read_bytes(b)
-        kv = self.alloc.layout.totals(at.ravel()).reshape(at.shape).sum(1)  # [steps] exact ints
-        per = self.v4.context_flops(at.ravel()) if self.v4 is not None else self._keys_flops((at + 1).ravel().astype(float))
         f = 2 * self.active_params() * b
-        fl = np.array([(f + math.fsum(row)) / self.tp for row in per.reshape(at.shape).tolist()])  # [steps]
+        hi = int(at.max()) if at.size else 1
+        if hi < TABLE_MAX:  # gather from the per-context tables (the same figures, computed once)
+            self._tables([hi], [])
+            kv = self._kv_np[at].sum(1)  # [steps] exact ints
+            per = self._fl_np[at]  # [steps, B]
+            if self._fl_whole and b * float(per.max(initial=0.0)) < 2.0 ** 62:
+                # whole numbers: an int64 row sum is exact, and casting it rounds once, as fsum does
+                fl = (f + per.astype(np.int64).sum(1).astype(float)) / self.tp  # [steps]
+            else:
+                fl = np.array([(f + math.fsum(row)) / self.tp for row in per.tolist()])  # [steps]
+        else:
+            kv = self.alloc.layout.totals(at.ravel()).reshape(at.shape).sum(1)  # [steps] exact ints
+            per = (self.v4.context_flops(at.ravel()) if self.v4 is not None
+                   else self._keys_flops((at + 1).ravel().astype(float)))
+            fl = np.array([(f + math.fsum(row)) / self.tp for row in per.reshape(at.shape).tolist()])  # [steps]
         mem_ms = (wb + kv) / (self.gpu.hbm_bytes_per_s * self.memory_efficiency) * 1e3
         cmp_ms = fl / (self.peak * self.compute_efficiency) * 1e3
         return (self.overhead_ms + np.maximum(mem_ms, cmp_ms)) / 1e3
