@@ -100,8 +100,9 @@ def test_base_decode_run_equals_the_vectorized_ones():
 def test_keys_and_bulk_take_keep_their_order():
     # prompt keys: trace block of each KV block's last token, offset in it; output keys never equal one
     ids = np.array([7, 9], np.int64)
-    assert prompt_keys(ids, 70, 16, 32) == [7 * 32 + 15, 7 * 32 + 31, 9 * 32 + 15, 9 * 32 + 31]
-    assert prompt_keys(ids, 200, 16, 32) == prompt_keys(ids, 64, 16, 32)  # keys stop where the trace's blocks do
+    assert prompt_keys(ids, 70, 16, 32).tolist() == [7 * 32 + 15, 7 * 32 + 31, 9 * 32 + 15, 9 * 32 + 31]
+    assert prompt_keys(ids, 200, 16, 32).tolist() == prompt_keys(ids, 64, 16, 32).tolist()  # keys stop where the
+    # trace's blocks do
     assert output_key(0, 0) < 0 and output_key(1, 0) != output_key(0, 1)
     # take: blocks put back at the head, then never-used ones, then the tail (least recently freed first)
     p = BlockPool(10)

@@ -11,9 +11,12 @@ cached block is taken anew is recorded in `evicted` when host tiers listen (kvla
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from itertools import compress
 
 import numpy as np
+
+from .keytable import KeyTable
+
+NONE = np.zeros(0, np.int64)  # no blocks
 
 
 class BlockPool:
@@ -35,7 +38,10 @@ class BlockPool:
         self.hashed = np.zeros(num_blocks, bool)  # [N] block carries a key
         self.keys = np.zeros(num_blocks, np.int64)  # [N] its key, where hashed
         self.at = np.zeros(num_blocks, np.int64)  # [N] batch of the tail the block sits in (0: not in the tail)
-        self.first: dict = {}  # key -> the first block cached under it (what a hit takes)
+        # key -> the first block cached under it (what a hit takes): prompt keys (>= 0, a thousand a request, looked
+        # up in bulk) in a numpy hash table, output keys (< 0, one per decode block) in a dict
+        self.table = KeyTable()  # prompt keys (grows with them)
+        self.out_first: dict = {}  # output keys
         self.more: dict = {}  # key -> {block: None}: its other cached blocks, first cached first (absent: none)
         self.head_q: OrderedDict[int, None] = OrderedDict()  # free blocks before the never-used ones
         self.fresh = 1  # next never-used block (block 0: vLLM's null block, popped at start and never freed)
@@ -64,9 +70,34 @@ class BlockPool:
         return dict(zip(b.tolist(), self.keys[b].tolist()))
 
     @property
+    def first(self) -> dict:
+        """key -> the first block cached under it."""
+        return {**dict(self.table.items()), **self.out_first}
+
+    @property
     def cached(self) -> dict:
         """key -> [blocks cached under it], first cached first (vLLM keeps every block of a key)."""
         return {k: [b, *self.more.get(k, ())] for k, b in self.first.items()}
+
+    # -- one key (Python ints) ------------------------------------------------------------------------------------
+    def has_key(self, k: int) -> bool:
+        """Whether some block is cached under key k."""
+        return k in (self.table if k >= 0 else self.out_first)
+
+    def _first_of(self, k: int) -> int:
+        return self.table[k] if k >= 0 else self.out_first[k]
+
+    def _set_first(self, k: int, b: int) -> None:
+        if k >= 0:
+            self.table[k] = b
+        else:
+            self.out_first[k] = b
+
+    def _drop_key(self, k: int) -> None:
+        if k >= 0:
+            del self.table[k]
+        else:
+            del self.out_first[k]
 
     def free_count(self) -> int:
         return len(self.head_q) + (self.num_blocks - self.fresh) + self.in_tail
@@ -86,23 +117,29 @@ class BlockPool:
         return self._tail_array().tolist()
 
     # -- hits -------------------------------------------------------------------------------------------------------
-    def hit(self, keys) -> list[int]:
-        """Blocks cached for the longest run of leading keys."""
-        if not self.caching:
-            return []
-        found = list(map(self.first.get, keys))  # None past the run of cached keys (block 0 is never cached)
-        try:
-            return found[:found.index(None)]
-        except ValueError:
-            return found
+    def hit(self, keys) -> np.ndarray:
+        """Blocks cached for the longest run of leading keys ([n] int64)."""
+        ks = np.asarray(keys, np.int64)  # [K]
+        if not self.caching or not len(ks):
+            return NONE
+        prompt = ks >= 0
+        if prompt.all():
+            found = self.table.get_many(ks)  # [K] -1 where not cached
+        else:
+            found = np.full(len(ks), -1, np.int64)
+            found[prompt] = self.table.get_many(ks[prompt])
+            out = np.flatnonzero(~prompt)
+            found[out] = [self.out_first.get(k, -1) for k in ks[out].tolist()]
+        gap = np.flatnonzero(found < 0)  # block 0 is never cached
+        return found[:gap[0]] if len(gap) else found
 
     def evictable(self, blocks) -> int:
         """How many of `blocks` (cache hits) sit in the free queue, so taking them uses free blocks."""
-        return len(blocks) - int(np.count_nonzero(self.refs[np.array(blocks, np.int64)]))
+        return len(blocks) - int(np.count_nonzero(self.refs[np.asarray(blocks, np.int64)]))
 
     def touch(self, blocks) -> None:
         """Hold each of `blocks` (cache hits, distinct) once more; a free one leaves the free queue."""
-        b = np.array(blocks, np.int64)  # [n]
+        b = np.asarray(blocks, np.int64)  # [n]
         refs = self.refs
         counts = refs[b]
         refs[b] = counts + 1
@@ -168,7 +205,7 @@ class BlockPool:
             if k in self.more:
                 self._drop_slow([b], [k])
             else:
-                del self.first[k]
+                self._drop_key(k)
                 if self.evicted is not None:
                     self.evicted.append(k)
         self.refs[b] = 1
@@ -251,26 +288,32 @@ class BlockPool:
             return
         b = blocks[h]
         self.hashed[b] = False
-        ks = self.keys[b].tolist()
+        ks = self.keys[b]  # [m]
         if not self.more:  # every key has one block: drop them all at once
-            list(map(self.first.pop, ks))
+            prompt = ks >= 0
+            if prompt.all():
+                self.table.remove_many(ks)
+            else:
+                self.table.remove_many(ks[prompt])
+                list(map(self.out_first.pop, ks[~prompt].tolist()))
             if self.evicted is not None:
-                self.evicted += ks
+                self.evicted += ks.tolist()
         else:
-            self._drop_slow(b.tolist(), ks)
+            self._drop_slow(b.tolist(), ks.tolist())
 
     def _drop_slow(self, blocks, ks) -> None:
         """Drop block b from key k's cached blocks for each pair, one at a time (where a key has several)."""
-        first, more = self.first, self.more
+        more = self.more
         for b, k in zip(blocks, ks):
             bs = more.get(k)
             if bs is None:
-                del first[k]
+                self._drop_key(k)
                 if self.evicted is not None:
                     self.evicted.append(k)
-            elif first[k] == b:
-                first[k] = next(iter(bs))
-                del bs[first[k]]
+            elif self._first_of(k) == b:
+                nb = next(iter(bs))
+                self._set_first(k, nb)
+                del bs[nb]
                 if not bs:
                     del more[k]
             else:
@@ -287,45 +330,56 @@ class BlockPool:
         """`cache(b, k)` for each pair, in order (a block hashed already keeps its hash)."""
         if not self.caching or not blocks:
             return
-        first = self.first
         if len(blocks) == 1:  # a decode filling a block: the common case, done directly
-            b = blocks[0]
+            b = int(blocks[0])
             if not self.hashed[b]:
-                k = keys[0]
+                k = int(keys[0])
                 self.hashed[b] = True
                 self.keys[b] = k
-                if k in first:
+                if self.has_key(k):
                     self.more.setdefault(k, {})[b] = None
                 else:
-                    first[k] = b
+                    self._set_first(k, b)
             return
         if len(blocks) != len(keys):  # pairs, as zip makes them
             n = min(len(blocks), len(keys))
             blocks, keys = blocks[:n], keys[:n]
-        arr = np.array(blocks, np.int64)  # [n]
+        arr = np.asarray(blocks, np.int64)  # [n]
+        ks = np.asarray(keys, np.int64)  # [n]
         known = self.hashed[arr]
         if known.any():  # hits at the front are hashed already
             if known.all():
                 return
             new = ~known
-            arr = arr[new]
-            blocks = arr.tolist()
-            keys = list(compress(keys, new.tolist()))
+            arr, ks = arr[new], ks[new]
         self.hashed[arr] = True
-        self.keys[arr] = keys
-        if True not in map(first.__contains__, keys) and len(set(keys)) == len(keys):
-            first.update(zip(keys, blocks))  # every key new and distinct: each block is its key's first
-            return
+        self.keys[arr] = ks
         more = self.more
-        for b, k in zip(blocks, keys):
-            if k in first:
+        if (ks >= 0).all():  # prompt keys: a block is its key's first where the key is new (its first time here)
+            _, at = np.unique(ks, return_index=True)
+            lead = np.zeros(len(ks), bool)
+            lead[at] = True
+            lead &= self.table.find(ks) < 0
+            if lead.all():
+                self.table.insert_new(ks, arr)
+                return
+            self.table.insert_new(ks[lead], arr[lead])
+            for b, k in zip(arr[~lead].tolist(), ks[~lead].tolist()):  # the others join their key's blocks
+                d = more.get(k)
+                if d is None:
+                    more[k] = {b: None}
+                else:
+                    d[b] = None
+            return
+        for b, k in zip(arr.tolist(), ks.tolist()):
+            if self.has_key(k):
                 d = more.get(k)
                 if d is None:
                     more[k] = {b: None}
                 else:
                     d[b] = None
             else:
-                first[k] = b
+                self._set_first(k, b)
 
     # -- freeing ----------------------------------------------------------------------------------------------------
     def free(self, blocks) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 from ..checks import cdiv
 
 
-def prompt_keys(ids: np.ndarray, prompt: int, block_size: int, trace_block: int) -> list[int]:
+def prompt_keys(ids: np.ndarray, prompt: int, block_size: int, trace_block: int) -> np.ndarray:
     """Hash key of every full KV block of a prompt whose trace blocks are `ids` ([T], each naming its tokens and
     everything before them): trace block t holding the KV block's last token, at offset o in it, as the int
     t_id * trace_block + o, so equal keys mean equal tokens up to the block's end (keys stop where the trace's
@@ -18,7 +18,7 @@ def prompt_keys(ids: np.ndarray, prompt: int, block_size: int, trace_block: int)
     t = last // trace_block  # [K] trace block of each KV block's last token
     last = last[t < len(ids)]
     t = t[:len(last)]
-    return (np.asarray(ids, np.int64)[t] * trace_block + last % trace_block).tolist()
+    return np.asarray(ids, np.int64)[t] * trace_block + last % trace_block  # [K]
 
 
 class VllmReplica:
@@ -53,10 +53,10 @@ class VllmReplica:
         bs = s.k.block_size
         return s.k.num_blocks - 1 - s.pool.free_count() + sum(cdiv(r.tokens, bs) for r in s.waiting)
 
-    def _keys(self, r: int) -> list:
+    def _keys(self, r: int) -> np.ndarray:
         """Hash key of every full prompt block of request r (prompt_keys)."""
         if not self.caching:
-            return []
+            return np.zeros(0, np.int64)
         a = self.a
         return prompt_keys(a.ids[a.off[r]:a.off[r + 1]], int(a.input[r]), self.sched.k.block_size,
                            a.trace.block_tokens)
@@ -162,7 +162,7 @@ class _PoolPeek:
 
     def peek(self, blocks) -> int:
         bt, bs = self.rep.a.trace.block_tokens, self.rep.sched.k.block_size
-        cached = self.rep.sched.pool.first  # the keys cached
+        pool = self.rep.sched.pool  # the keys cached
         where = self.rep.host.stack.where if self.rep.host is not None else {}  # DRAM / SSD residents
         end = (bt // bs) * bs - 1  # where in a trace block its last full KV block ends
         if end < 0:  # trace blocks shorter than a KV block: no key ends inside one
@@ -170,7 +170,7 @@ class _PoolPeek:
         n = 0
         for b in blocks:
             key = int(b) * bt + end
-            if key not in cached and key not in where:
+            if not pool.has_key(key) and key not in where:
                 break
             n += 1
         return n

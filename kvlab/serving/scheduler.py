@@ -23,9 +23,16 @@ import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..checks import cdiv
 from ..errors import ParameterError
-from .blockpool import BlockPool
+from .blockpool import NONE, BlockPool
+
+
+def _ints(xs) -> list:
+    """Keys or blocks as a list of Python ints (host tiers and block tables hold Python ints)."""
+    return xs.tolist() if isinstance(xs, np.ndarray) else list(xs)
 
 
 def output_key(rid: int, i: int) -> int:
@@ -57,7 +64,7 @@ class Req:
     id: int  # request index
     prompt: int  # prompt tokens
     max_tokens: int  # output tokens wanted
-    keys: list  # hash key of each full prompt block (an int >= 0; equal keys: equal tokens up to its end)
+    keys: np.ndarray  # [K] hash key of each full prompt block (int64 >= 0; equal keys: equal tokens up to its end)
     computed: int = 0  # tokens in the KV cache (num_computed_tokens)
     out: int = 0  # output tokens applied
     placeholders: int = 0  # output tokens in flight (async scheduling)
@@ -115,24 +122,29 @@ class VllmScheduler:
         """Hash key of block i of r (prompt blocks: shared keys; blocks holding output tokens: unique to r)."""
         return r.keys[i] if i < len(r.keys) else output_key(r.id, i)
 
-    def _keys(self, r: Req, lo: int, hi: int) -> list:
-        """Hash keys of blocks lo..hi-1 of r, as `_key` gives them one by one."""
+    def _keys(self, r: Req, lo: int, hi: int):
+        """Hash keys of blocks lo..hi-1 of r, as `_key` gives them one by one (an array, or a list of output
+        keys alone)."""
         keys = r.keys
         if hi <= len(keys):
             return keys[lo:hi]
-        return keys[lo:] + [output_key(r.id, i) for i in range(max(lo, len(keys)), hi)]
+        out = [output_key(r.id, i) for i in range(max(lo, len(keys)), hi)]
+        if lo >= len(keys):
+            return out
+        return np.concatenate([np.asarray(keys[lo:], np.int64), np.array(out, np.int64)])
 
     def _allocate(self, r: Req, n: int, hit: list | None = None, reserve: bool = False, ext: int = 0,
                   admit: bool = False) -> bool:
         """Blocks for `n` more tokens of r (after `hit`, its cached blocks in the pool, and `ext` blocks found in the
         host tiers, loaded into new blocks), or False when they do not fit; `admit`: r is taken from the waiting
         queue with nothing computed (the host tiers count its blocks' access)."""
-        hit = hit or []
+        if hit is None:
+            hit = NONE
         bs = self.k.block_size
         computed = r.computed + (len(hit) + ext) * bs
         need = min(computed + n, self.k.max_model_len)
         new = cdiv(need, bs) - len(hit) - len(r.blocks)
-        evict = self.pool.evictable(hit) if hit else 0
+        evict = self.pool.evictable(hit) if len(hit) else 0
         want = max(new, 0) + evict
         if reserve:  # full-input admission: the blocks the whole input needs must be free now
             full = max(cdiv(min(r.tokens, self.k.max_model_len), bs) - len(hit) - len(r.blocks), 0)
@@ -142,10 +154,10 @@ class VllmScheduler:
             return False
         host = self.host
         if admit and host is not None:
-            self.loaded = host.admit(r.keys, len(hit), ext)
-        if hit:
+            self.loaded = host.admit(_ints(r.keys), len(hit), ext)
+        if len(hit):
             self.pool.touch(hit)
-            r.blocks.extend(hit)
+            r.blocks += _ints(hit)
         if new > 0:
             r.blocks.extend(self.pool.take(new))
             if host is not None and self.pool.evicted:
@@ -157,7 +169,7 @@ class VllmScheduler:
             keys = self._keys(r, r.cached_upto, full_blocks)
             self.pool.cache_many(r.blocks[r.cached_upto:full_blocks], keys)
             if host is not None:
-                host.hashed(keys)
+                host.hashed(_ints(keys))
             r.cached_upto = full_blocks
         return True
 
@@ -221,13 +233,13 @@ class VllmScheduler:
                 if r.stale:  # preempted with output still in flight: passed over until it lands
                     skipped.append(self.waiting.popleft())
                     continue
-                hit, ext = [], 0
+                hit, ext = NONE, 0
                 admit = r.computed == 0 and self.pool.caching
                 if admit:
                     keys = self._keys(r, 0, (r.tokens - 1) // k.block_size)
                     hit = self.pool.hit(keys)
                     if self.host is not None:  # the run continues in DRAM / SSD
-                        ext = self.host.run(keys[len(hit):])
+                        ext = self.host.run(_ints(keys[len(hit):]))
                 n = whole = r.tokens - (len(hit) + ext) * k.block_size - r.computed
                 if 0 < threshold < n:
                     n = threshold
