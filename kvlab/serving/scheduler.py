@@ -155,8 +155,11 @@ class VllmScheduler:
         host = self.host
         if admit and host is not None:
             self.loaded = host.admit(_ints(r.keys), len(hit), ext)
+        known = r.cached_upto  # leading blocks of r hashed already
         if len(hit):
             self.pool.touch(hit)
+            if len(r.blocks) == known:  # the hits follow them, each cached under r's key at its place
+                known += len(hit)
             r.blocks += _ints(hit)
         if new > 0:
             r.blocks.extend(self.pool.take(new))
@@ -167,7 +170,8 @@ class VllmScheduler:
         full_blocks = min(computed + n, r.tokens) // bs
         if full_blocks > r.cached_upto:
             keys = self._keys(r, r.cached_upto, full_blocks)
-            self.pool.cache_many(r.blocks[r.cached_upto:full_blocks], keys)
+            lo = max(min(known, full_blocks) - r.cached_upto, 0)  # hits: cache_many would pass them by
+            self.pool.cache_many(r.blocks[r.cached_upto + lo:full_blocks], keys[lo:])
             if host is not None:
                 host.hashed(_ints(keys))
             r.cached_upto = full_blocks
