@@ -28,8 +28,10 @@ class KeyTable:
     def _alloc(self, bits: int) -> None:
         self.bits = bits  # log2 of the slots
         self.mask = (1 << bits) - 1  # slot index mask
-        self.keys = np.zeros(1 << bits, np.int64)  # [S] key of each slot
-        self.vals = np.full(1 << bits, EMPTY, np.int64)  # [S] value, EMPTY or GONE
+        pairs = np.empty((1 << bits, 2), np.int64)  # [S, 2] key and value of each slot side by side (one cache
+        pairs[:, 1] = EMPTY  # line per probe)
+        self.keys = pairs[:, 0]  # [S] key of each slot
+        self.vals = pairs[:, 1]  # [S] value, EMPTY or GONE
         self.count = 0  # live entries
         self.used = 0  # live entries and tombstones
 
