@@ -118,13 +118,9 @@ class VllmScheduler:
         return bool(self.waiting or self.running)
 
     # -- blocks ---------------------------------------------------------------------------------------------------
-    def _key(self, r: Req, i: int):
-        """Hash key of block i of r (prompt blocks: shared keys; blocks holding output tokens: unique to r)."""
-        return r.keys[i] if i < len(r.keys) else output_key(r.id, i)
-
     def _keys(self, r: Req, lo: int, hi: int):
-        """Hash keys of blocks lo..hi-1 of r, as `_key` gives them one by one (an array, or a list of output
-        keys alone)."""
+        """Hash keys of blocks lo..hi-1 of r: prompt blocks' shared keys, then keys of blocks holding output tokens
+        (unique to r); an array, or a list when all are output keys."""
         keys = r.keys
         if hi <= len(keys):
             return keys[lo:hi]
@@ -133,7 +129,7 @@ class VllmScheduler:
             return out
         return np.concatenate([np.asarray(keys[lo:], np.int64), np.array(out, np.int64)])
 
-    def _allocate(self, r: Req, n: int, hit: list | None = None, reserve: bool = False, ext: int = 0,
+    def _allocate(self, r: Req, n: int, hit: np.ndarray | None = None, reserve: bool = False, ext: int = 0,
                   admit: bool = False) -> bool:
         """Blocks for `n` more tokens of r (after `hit`, its cached blocks in the pool, and `ext` blocks found in the
         host tiers, loaded into new blocks), or False when they do not fit; `admit`: r is taken from the waiting
