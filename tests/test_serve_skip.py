@@ -243,6 +243,8 @@ def test_block_pool_bulk_operations_equal_one_block_at_a_time(seed, monkeypatch)
             prefix = int(rng.integers(4))  # one of four shared prefixes, or its own blocks
             keys = [prefix * 1000 + i for i in range(int(rng.integers(1, 8)))] + \
                    [10_000 + int(rng.integers(10**6)) for _ in range(int(rng.integers(0, 5)))]
+            if rng.random() < 0.3:  # blocks holding output tokens (negative keys: the pool keeps them apart)
+                keys += [-1 - int(rng.integers(40)) for _ in range(int(rng.integers(1, 4)))]
             hit = fast.hit(keys).tolist()
             assert hit == plain.hit(keys)
             if rng.random() < 0.3:
