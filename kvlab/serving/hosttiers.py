@@ -25,6 +25,9 @@ kept in host tiers: only a preempted request could hit them.
 """
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import not_
+
 from ..sim.tierstack import TierStack
 
 
@@ -60,12 +63,23 @@ class HostTiers:
         st = self.stack
         got = [0, 0]
         take, now = st.take, self.now
-        for i, k in enumerate(keys):
-            t = take(k, now)
-            if start <= i < start + run:
-                got[t - 1] += 1
-                key = "dram->hbm" if t == 1 else "ssd->hbm"
-                st.moved[key] = st.moved.get(key, 0) + st.block_bytes
+        if len(set(keys)) < len(keys):  # a key twice (a trace may repeat a block id): one access at a time
+            held = [True] * len(keys)
+        else:
+            held = list(map(st.where.__contains__, keys))  # in DRAM / SSD: taken out one by one, in order
+        if True in held:
+            for i in compress(range(len(keys)), held):
+                t = take(keys[i], now)
+                if start <= i < start + run:
+                    got[t - 1] += 1
+                    key = "dram->hbm" if t == 1 else "ssd->hbm"
+                    st.moved[key] = st.moved.get(key, 0) + st.block_bytes
+            keys = list(compress(keys, map(not_, held)))
+        # the rest are in no host tier: an access only counts them and dates their use (TierStack.take, whose
+        # storing in HBM leaves them to the pool), in bulk
+        count = st.count
+        count.update(zip(keys, [c + 1 for c in map(count.get, keys, repeat(0))]))
+        st.last.update(dict.fromkeys(keys, now))
         return got
 
     def evicted(self, keys) -> None:
