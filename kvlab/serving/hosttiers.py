@@ -86,19 +86,17 @@ class HostTiers:
         """The pool dropped these keys (their last block reused): each moves to DRAM, or the next tier."""
         st = self.stack
         count, place, now = st.count, st.place, self.now
-        for k in keys:
-            if k in count:  # a prompt block (output blocks are never accessed through `admit`)
-                place(k, 1, 0, now)
+        for k in compress(keys, map(count.__contains__, keys)):  # prompt blocks (output blocks are never
+            place(k, 1, 0, now)  # accessed through `admit`); placing one never makes another counted
 
     def hashed(self, keys) -> None:
         """The pool hashed these keys: a host copy of any of them is stale and dropped."""
         st = self.stack
         where = st.where
-        for k in keys:
-            t = where.get(k)
+        for k in compress(keys, map(where.__contains__, keys)):  # most keys have no host copy: passed in C
+            t = where.pop(k, None)  # None: a key repeated in `keys`, dropped already
             if t is not None:
                 st.caches[t].remove(k)
-                del where[k]
 
     def load_s(self, blocks) -> float:
         """Seconds to load [DRAM, SSD] blocks into HBM."""
