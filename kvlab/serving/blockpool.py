@@ -23,8 +23,9 @@ class BlockPool:
     """Blocks of one replica's KV pool. The free queue is kept in three parts: blocks put back at the head
     (unhashed), the never-used blocks (a range, in order), blocks put back at the tail (hashed). A request takes,
     hashes and frees hundreds of blocks at once, so per-block state (reference count, hash, place in the tail) lives
-    in arrays indexed by block and each of those is one vectorized operation over the run; a dict maps each key to
-    its cached block, and one Python step per block is taken only where a key has several blocks. Block ids in and
+    in arrays indexed by block and each of those is one vectorized operation over the run; each key's first cached
+    block is found in a numpy hash table (prompt keys) or a dict (output keys), and one Python step per block is
+    taken only where a key has several blocks. Block ids in and
     out are Python ints; keys are ints that fit in 64 bits (kvlab.serving.replica.prompt_keys,
     kvlab.serving.scheduler.output_key)."""
 
@@ -110,7 +111,7 @@ class BlockPool:
             if live[i]:
                 seg = bl[pos:]
                 parts.append(seg[at[seg] == i])
-        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return np.concatenate(parts) if parts else NONE
 
     def tail_blocks(self) -> list[int]:
         """The free blocks after the never-used ones, in free-queue order."""
@@ -123,11 +124,9 @@ class BlockPool:
         if not self.caching or not len(ks):
             return NONE
         prompt = ks >= 0
-        if prompt.all():
-            found = self.table.get_many(ks)  # [K] -1 where not cached
-        else:
-            found = np.full(len(ks), -1, np.int64)
-            found[prompt] = self.table.get_many(ks[prompt])
+        found = np.full(len(ks), -1, np.int64)  # [K] -1 where not cached
+        found[prompt] = self.table.get_many(ks[prompt])
+        if not prompt.all():
             out = np.flatnonzero(~prompt)
             found[out] = [self.out_first.get(k, -1) for k in ks[out].tolist()]
         gap = np.flatnonzero(found < 0)  # block 0 is never cached
@@ -176,13 +175,13 @@ class BlockPool:
         self.fresh += m
         n -= m
         self.refs[lo:lo + m] = 1  # never used: no hash to drop
-        tail = self._take_tail(n) if n else None
+        tail = self._take_tail(n) if n else NONE
         out = head + list(range(lo, lo + m))
         if head:
             h = np.array(head, np.int64)
             self._unhash(h)
             self.refs[h] = 1
-        if tail is not None and len(tail):
+        if len(tail):
             self._unhash(tail)
             self.refs[tail] = 1
             out += tail.tolist()
@@ -201,13 +200,7 @@ class BlockPool:
             b = self._pop_tail()
         if self.hashed[b]:
             self.hashed[b] = False
-            k = int(self.keys[b])
-            if k in self.more:
-                self._drop_slow([b], [k])
-            else:
-                self._drop_key(k)
-                if self.evicted is not None:
-                    self.evicted.append(k)
+            self._drop_slow([b], [int(self.keys[b])])
         self.refs[b] = 1
         return b
 
@@ -291,18 +284,16 @@ class BlockPool:
         ks = self.keys[b]  # [m]
         if not self.more:  # every key has one block: drop them all at once
             prompt = ks >= 0
-            if prompt.all():
-                self.table.remove_many(ks)
-            else:
-                self.table.remove_many(ks[prompt])
-                list(map(self.out_first.pop, ks[~prompt].tolist()))
+            self.table.remove_many(ks[prompt])
+            list(map(self.out_first.pop, ks[~prompt].tolist()))
             if self.evicted is not None:
                 self.evicted += ks.tolist()
         else:
             self._drop_slow(b.tolist(), ks.tolist())
 
     def _drop_slow(self, blocks, ks) -> None:
-        """Drop block b from key k's cached blocks for each pair, one at a time (where a key has several)."""
+        """Drop block b from key k's cached blocks for each pair, one at a time (a key's last block gone: the key
+        is evicted)."""
         more = self.more
         for b, k in zip(blocks, ks):
             bs = more.get(k)
@@ -336,10 +327,7 @@ class BlockPool:
                 k = int(keys[0])
                 self.hashed[b] = True
                 self.keys[b] = k
-                if self.has_key(k):
-                    self.more.setdefault(k, {})[b] = None
-                else:
-                    self._set_first(k, b)
+                self._join(b, k)
             return
         if len(blocks) != len(keys):  # pairs, as zip makes them
             n = min(len(blocks), len(keys))
@@ -365,21 +353,17 @@ class BlockPool:
                 return
             self.table.insert_new(ks[lead], arr[lead])
             for b, k in zip(arr[~lead].tolist(), ks[~lead].tolist()):  # the others join their key's blocks
-                d = more.get(k)
-                if d is None:
-                    more[k] = {b: None}
-                else:
-                    d[b] = None
+                more.setdefault(k, {})[b] = None
             return
         for b, k in zip(arr.tolist(), ks.tolist()):
-            if self.has_key(k):
-                d = more.get(k)
-                if d is None:
-                    more[k] = {b: None}
-                else:
-                    d[b] = None
-            else:
-                self._set_first(k, b)
+            self._join(b, k)
+
+    def _join(self, b: int, k: int) -> None:
+        """Cache block b under key k: its first block if k is new here, else beside the others."""
+        if self.has_key(k):
+            self.more.setdefault(k, {})[b] = None
+        else:
+            self._set_first(k, b)
 
     # -- freeing ----------------------------------------------------------------------------------------------------
     def free(self, blocks) -> None:

@@ -113,7 +113,7 @@ class KeyTable:
         self.count -= len(s)
 
     def _room(self, n: int) -> None:
-        """Make room for n more entries: rebuild when the table would be over half full."""
+        """Make room for n more entries: rebuild when live entries and tombstones would fill over a quarter."""
         if self.used + n <= (self.mask + 1) // 4:
             return
         live = np.flatnonzero(self.vals >= 0)
@@ -150,25 +150,12 @@ class KeyTable:
         return int(self.vals[s])
 
     def __setitem__(self, key: int, val: int) -> None:
-        self._room(1)
-        s, tk, tv, mask = self._slot(key), self.keys, self.vals, self.mask
-        spot = -1  # the first tombstone passed: where a new key goes
-        while True:
-            v = int(tv[s])
-            if v == EMPTY:
-                break
-            if v >= 0 and int(tk[s]) == key:
-                tv[s] = val
-                return
-            if v == GONE and spot < 0:
-                spot = s
-            s = (s + 1) & mask
-        if spot < 0:
-            spot = s
-            self.used += 1
-        tk[spot] = key
-        tv[spot] = val
-        self.count += 1
+        s = self._find1(key)
+        if s >= 0:
+            self.vals[s] = val
+        else:
+            self._room(1)
+            self._put_new(key, val)
 
     def __delitem__(self, key: int) -> None:
         s = self._find1(key)

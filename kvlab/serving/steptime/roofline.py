@@ -240,16 +240,17 @@ class Roofline(StepTimeSource):
             self._tables([hi], [])
             kv = self._kv_np[at].sum(1)  # [steps] exact ints
             per = self._fl_np[at]  # [steps, B]
-            if self._fl_whole and b * float(per.max(initial=0.0)) < 2.0 ** 62:
-                # whole numbers: an int64 row sum is exact, and casting it rounds once, as fsum does
-                fl = (f + per.astype(np.int64).sum(1).astype(float)) / self.tp  # [steps]
-            else:
-                fl = np.array([(f + math.fsum(row)) / self.tp for row in per.tolist()])  # [steps]
+            whole = self._fl_whole
         else:
             kv = self.alloc.layout.totals(at.ravel()).reshape(at.shape).sum(1)  # [steps] exact ints
             per = (self.v4.context_flops(at.ravel()) if self.v4 is not None
-                   else self._keys_flops((at + 1).ravel().astype(float)))
-            fl = np.array([(f + math.fsum(row)) / self.tp for row in per.reshape(at.shape).tolist()])  # [steps]
+                   else self._keys_flops((at + 1).ravel().astype(float))).reshape(at.shape)  # [steps, B]
+            whole = False
+        if whole and b * float(per.max(initial=0.0)) < 2.0 ** 62:
+            # whole numbers: an int64 row sum is exact, and casting it rounds once, as fsum does
+            fl = (f + per.astype(np.int64).sum(1).astype(float)) / self.tp  # [steps]
+        else:
+            fl = np.array([(f + math.fsum(row)) / self.tp for row in per.tolist()])  # [steps]
         mem_ms = (wb + kv) / (self.gpu.hbm_bytes_per_s * self.memory_efficiency) * 1e3
         cmp_ms = fl / (self.peak * self.compute_efficiency) * 1e3
         return (self.overhead_ms + np.maximum(mem_ms, cmp_ms)) / 1e3
