@@ -27,6 +27,7 @@ from kvlab.quality.prompt import sample_prompt
 from kvlab.quality.scoring import is_right
 from kvlab.quality.tasks import generate
 from kvlab.quant.roundtrip import roundtrip
+from kvlab.stats import wilson
 
 MODES = {"bf16": (None, False), "nvfp4 keys": ("nvfp4", False), "nvfp4 keys, BOS in BF16": ("nvfp4", True),
          "mxfp4 keys": ("mxfp4", False)}  # label -> (key format on the full layers, first token kept in BF16)
@@ -75,7 +76,8 @@ def main(argv=None) -> None:
             right[m] += is_right(texts[m], smp.answer)
         print(i, " | ".join(f"{m}: {t[:24]!r}" for m, t in texts.items()), flush=True)
     for m, r in right.items():
-        print(f"{m:26s} {r}/{len(samples)}")
+        lo, hi = wilson(r, len(samples))
+        print(f"{m:26s} {r}/{len(samples)} [{lo:.2f}, {hi:.2f}]")
     print(f"{time.perf_counter() - t0:,.0f} s")
 
 
