@@ -25,13 +25,12 @@ PER_REQUEST = ("arrival_s", "queue_s", "ttft_s", "tpot_s", "e2e_s", "rejected", 
 
 def state(s: VllmScheduler) -> tuple:
     """Everything of a scheduler a later step can read: requests in queue order with every counter and block, the
-    pool's reference counts, hashes, cached blocks per key (in order), free queue parts (in order)."""
+    pool's reference counts, hashes, cached blocks per key (in order), the free queue (in order)."""
     p = s.pool
     req = lambda r: (r.id, r.computed, r.out, r.placeholders, r.inflight, r.stale, tuple(r.blocks), r.cached_upto,
                      r.finished, r.hit_tokens, r.preemptions)
     return ([req(r) for r in s.running], [req(r) for r in s.waiting], sorted(p.ref.items()), sorted(p.key.items()),
-            sorted((k, list(v)) for k, v in p.cached.items()), sorted(p.first.items()), list(p.head_q), p.fresh,
-            p.tail_blocks(), s.preemptions)
+            sorted((k, list(v)) for k, v in p.cached.items()), sorted(p.first.items()), p.queue(), s.preemptions)
 
 
 def same_state(fast: tuple, slow: tuple) -> bool:
@@ -208,17 +207,14 @@ class PlainPool:
         self.q[:0] = front
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(6))
 def test_block_pool_bulk_operations_equal_one_block_at_a_time(seed, monkeypatch):
     """Requests with shared and repeated prefixes (some keys computed twice, so a key holds several blocks) take,
     hit, hash and free blocks in random order: BlockPool hands out and caches what the plain pool does."""
     from kvlab.serving.blockpool import BlockPool
     rng = np.random.default_rng(seed)
-    compacted = []
-    if seed % 2:  # compact the tail at every free
-        monkeypatch.setattr(BlockPool, "SLACK", -10**9)
-        compact = BlockPool._compact
-        monkeypatch.setattr(BlockPool, "_compact", lambda self: (compacted.append(self.in_tail), compact(self)))
+    if seed % 2:  # a key table of 4 slots: it grows, and removals shift long probe runs back
+        monkeypatch.setattr(BlockPool, "TABLE_SLOTS", 4)
     fast, plain = BlockPool(120), PlainPool(120)
     fast.evicted = []  # as host tiers set it
     held = []  # (blocks, keys) of live requests
@@ -243,7 +239,7 @@ def test_block_pool_bulk_operations_equal_one_block_at_a_time(seed, monkeypatch)
             prefix = int(rng.integers(4))  # one of four shared prefixes, or its own blocks
             keys = [prefix * 1000 + i for i in range(int(rng.integers(1, 8)))] + \
                    [10_000 + int(rng.integers(10**6)) for _ in range(int(rng.integers(0, 5)))]
-            if rng.random() < 0.3:  # blocks holding output tokens (negative keys: the pool keeps them apart)
+            if rng.random() < 0.3:  # blocks holding output tokens (negative keys)
                 keys += [-1 - int(rng.integers(40)) for _ in range(int(rng.integers(1, 4)))]
             hit = fast.hit(keys).tolist()
             assert hit == plain.hit(keys)
@@ -256,10 +252,10 @@ def test_block_pool_bulk_operations_equal_one_block_at_a_time(seed, monkeypatch)
             assert got == plain.take(new)
             held.append((hit + got, keys))
         assert fast.free_count() == len(plain.q)
-        assert list(fast.head_q) + list(range(fast.fresh, 120)) + fast.tail_blocks() == plain.q
+        assert fast.queue() == plain.q
         assert fast.cached == plain.cached and fast.ref == plain.ref
         assert fast.evicted == plain.evicted
-        seen_more |= bool(fast.more)
+        seen_more |= any(len(bs) > 1 for bs in fast.cached.values())
         seen_shared |= max(fast.ref.values(), default=0) > 1
     assert seen_more and seen_shared and plain.evicted
-    assert not seed % 2 or max(compacted, default=0) > 1, "the tail was never compacted"
+    assert not seed % 2 or len(fast.tab) > 4 * 8, "the key table never grew"

@@ -70,7 +70,8 @@ class Req:
     placeholders: int = 0  # output tokens in flight (async scheduling)
     inflight: int = 0  # tokens scheduled in steps whose output is not applied yet
     stale: int = 0  # of those, tokens scheduled before a preemption (their output is still delivered)
-    blocks: list = field(default_factory=list)  # pool blocks held, in order
+    bt: np.ndarray = field(default_factory=lambda: NONE)  # [capacity] blocks held in bt[:nb], in order (a buffer)
+    nb: int = 0  # blocks held
     cached_upto: int = 0  # blocks of this request already hashed
     finished: bool = False  # stopped
     hit_tokens: int = -1  # prefix-hit tokens at first admission (-1: not yet)
@@ -79,6 +80,20 @@ class Req:
     @property
     def tokens(self) -> int:
         return self.prompt + self.out
+
+    @property
+    def blocks(self) -> np.ndarray:
+        """Pool blocks held, in order ([nb] int64, a view)."""
+        return self.bt[:self.nb]
+
+    def room(self, n: int, most: int) -> np.ndarray:
+        """bt[nb:nb + n], grown first if needed (to `most` blocks, the longest the request can get, at least)."""
+        if self.nb + n > len(self.bt):
+            bt = np.empty(max(most, self.nb + n, 2 * len(self.bt)), np.int64)
+            bt[:self.nb] = self.bt[:self.nb]
+            self.bt = bt
+        self.nb += n
+        return self.bt[self.nb - n:self.nb]
 
 
 @dataclass
@@ -139,11 +154,11 @@ class VllmScheduler:
         bs = self.k.block_size
         computed = r.computed + (len(hit) + ext) * bs
         need = min(computed + n, self.k.max_model_len)
-        new = cdiv(need, bs) - len(hit) - len(r.blocks)
+        new = cdiv(need, bs) - len(hit) - r.nb
         evict = self.pool.evictable(hit) if len(hit) else 0
         want = max(new, 0) + evict
         if reserve:  # full-input admission: the blocks the whole input needs must be free now
-            full = max(cdiv(min(r.tokens, self.k.max_model_len), bs) - len(hit) - len(r.blocks), 0)
+            full = max(cdiv(min(r.tokens, self.k.max_model_len), bs) - len(hit) - r.nb, 0)
             if full + evict > self.pool.free_count():
                 return False
         if want > self.pool.free_count():
@@ -152,13 +167,14 @@ class VllmScheduler:
         if admit and host is not None:
             self.loaded = host.admit(_ints(r.keys), len(hit), ext)
         known = r.cached_upto  # leading blocks of r hashed already
+        most = cdiv(min(r.prompt + r.max_tokens, self.k.max_model_len), bs)  # blocks r can hold at most
         if len(hit):
             self.pool.touch(hit)
-            if len(r.blocks) == known:  # the hits follow them, each cached under r's key at its place
+            if r.nb == known:  # the hits follow them, each cached under r's key at its place
                 known += len(hit)
-            r.blocks += _ints(hit)
+            r.room(len(hit), most)[:] = hit
         if new > 0:
-            r.blocks.extend(self.pool.take(new))
+            self.pool.take_into(r.room(new, most))
             if host is not None and self.pool.evicted:
                 host.evicted(self.pool.evicted)
                 self.pool.evicted.clear()
@@ -167,7 +183,7 @@ class VllmScheduler:
         if full_blocks > r.cached_upto:
             keys = self._keys(r, r.cached_upto, full_blocks)
             lo = max(min(known, full_blocks) - r.cached_upto, 0)  # hits: cache_many would pass them by
-            self.pool.cache_many(r.blocks[r.cached_upto + lo:full_blocks], keys[lo:])
+            self.pool.cache_many(r.bt[r.cached_upto + lo:full_blocks], keys[lo:])
             if host is not None:
                 host.hashed(_ints(keys))
             r.cached_upto = full_blocks
@@ -175,7 +191,7 @@ class VllmScheduler:
 
     def _free(self, r: Req) -> None:
         self.pool.free(r.blocks)
-        r.blocks = []
+        r.bt, r.nb = NONE, 0
         r.cached_upto = 0
 
     # -- scheduling -----------------------------------------------------------------------------------------------
@@ -195,7 +211,7 @@ class VllmScheduler:
                 i += 1  # async: the step in flight already produces its last token
                 continue
             n = tok + ph - c
-            if (n == 1 and c + 1 < mml and len(r.blocks) * bs > c
+            if (n == 1 and c + 1 < mml and r.nb * bs > c
                     and (not caching or min(c + 1, tok) // bs <= r.cached_upto)):
                 # a decode into a block it holds, nothing to hash (the hot path; _allocate would do nothing)
                 tokens[r.id] = 1
@@ -323,7 +339,7 @@ class VllmScheduler:
 
         def nxt(idx: int) -> int:  # the next step at which request idx takes or hashes a block
             r = running[idx]
-            i = len(r.blocks) * bs - c1[idx] + 1
+            i = r.nb * bs - c1[idx] + 1
             if caching:
                 i = min(i, (r.cached_upto + 1) * bs - t1[idx] + 1)
             return max(i, 1)
@@ -337,7 +353,7 @@ class VllmScheduler:
             while events and events[0][0] == i:
                 j = heapq.heappop(events)[1]
                 group.append(j)
-                takes += len(running[j].blocks) * bs == c1[j] + i - 1
+                takes += running[j].nb * bs == c1[j] + i - 1
             if takes > free:  # the step loop would preempt at step i: stop before it
                 m = i - 1
                 break
