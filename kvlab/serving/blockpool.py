@@ -37,6 +37,17 @@ else:  # pragma: no cover - without numba the kernels below run as plain Python
 
 REF, HASHED, KEY, PREV, NEXT, SAME = range(6)  # columns of blk
 FREE, USED, FRESH = range(3)  # entries of meta
+EVICTED, HASHED_KEY = 0, 1  # kinds of a decode run's log entries (what host tiers are told, in order)
+
+
+def output_key(rid, i):
+    """Hash key of block i of request rid when it holds output tokens (ints, or i an int64 array): unique to the
+    request, and negative, so that it never equals a prompt block's key (kvlab.serving.replica.prompt_keys:
+    non-negative ints)."""
+    return ~((rid << 32) | i)
+
+
+_output_key = _compiled(output_key)  # the same function, for the kernels
 
 
 # -- the key table ------------------------------------------------------------------------------------------------
@@ -209,27 +220,143 @@ def _hit(tab, keys, out):
 
 
 @_compiled
+def _cache_one(blk, tab, meta, b, k):
+    """Hash block b under key k: k's first block if k is new, else after its others; a hashed block keeps its
+    hash. Returns whether b was hashed now."""
+    if blk[b, HASHED]:
+        return False
+    blk[b, HASHED] = 1
+    blk[b, KEY] = k
+    blk[b, SAME] = -1
+    s, found = _slot(tab, k)
+    if found:
+        p = tab[s, 1]
+        while blk[p, SAME] >= 0:
+            p = blk[p, SAME]
+        blk[p, SAME] = b
+    else:
+        tab[s, 0] = k
+        tab[s, 1] = b
+        meta[USED] += 1
+    return True
+
+
+@_compiled
 def _cache(blk, tab, meta, blocks, keys):
-    """Hash blocks[i] under keys[i], in order: a key's first block is what a hit takes, later ones follow it; a
-    block hashed already keeps its hash."""
+    """Hash blocks[i] under keys[i], in order (a key's first block is what a hit takes)."""
     for i in range(min(blocks.shape[0], keys.shape[0])):
-        b = blocks[i]
-        if blk[b, HASHED]:
-            continue
-        k = keys[i]
-        blk[b, HASHED] = 1
-        blk[b, KEY] = k
-        blk[b, SAME] = -1
-        s, found = _slot(tab, k)
-        if found:
-            p = tab[s, 1]
-            while blk[p, SAME] >= 0:
-                p = blk[p, SAME]
-            blk[p, SAME] = b
-        else:
-            tab[s, 0] = k
-            tab[s, 1] = b
-            meta[USED] += 1
+        _cache_one(blk, tab, meta, blocks[i], keys[i])
+
+
+@_compiled
+def _heap_push(heap, n, x):
+    """Push x on the binary min-heap heap[:n]; returns n + 1."""
+    i = n
+    heap[i] = x
+    while i > 0:
+        p = (i - 1) >> 1
+        if heap[p] <= x:
+            break
+        heap[i] = heap[p]
+        heap[p] = x
+        i = p
+    return n + 1
+
+
+@_compiled
+def _heap_pop(heap, n):
+    """Pop the smallest of heap[:n] (n > 0); returns it (the heap is heap[:n - 1] after)."""
+    top = heap[0]
+    n -= 1
+    x = heap[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and heap[c + 1] < heap[c]:
+            c += 1
+        if heap[c] >= x:
+            break
+        heap[i] = heap[c]
+        i = c
+    if n > 0:
+        heap[i] = x
+    return top
+
+
+@_compiled
+def _next_event(bs, caching, c1, t1, nb, cu):
+    """The next decode step (1: the first after the one in flight) at which a request with these counts takes a
+    block (its blocks are full) or hashes one (its next block is filled)."""
+    i = nb * bs - c1 + 1
+    if caching:
+        i = min(i, (cu + 1) * bs - t1 + 1)
+    return max(i, 1)
+
+
+@_compiled
+def _decode_run(blk, tab, meta, m, bs, mml, caching, c1, t1, nb, cu, rid, nkeys, base, seg, soff, pk, koff,
+                scratch, log, logging):
+    """The block events of up to m decode steps of a running batch, in step order and, within a step, in running
+    order (kvlab.serving.scheduler.VllmScheduler.skip_decodes): request j, at skipped step i, has computed
+    c1[j] + i - 1 tokens of t1[j] + i - 1 and needs one more slot; a request whose blocks are full takes one, and
+    each block it fills is hashed (prompt keys pk, output keys beyond nkeys[j]). Stops before a step whose takes the
+    free queue cannot give. Request j's blocks from index base[j] on sit in seg[soff[j]:soff[j + 1]] (those it
+    holds copied in, new ones written there); nb and cu (blocks held, blocks hashed) are updated. With `logging`,
+    log[:, e] = (kind, step, key) records each evicted and hashed key in order. Returns (steps applied, log
+    entries, the last step with events: 0 if none), or (-1, 0, 0) if a request outgrew its segment."""
+    r = c1.shape[0]
+    heap = np.empty(r, np.int64)
+    grp = np.empty(r, np.int64)
+    n = 0
+    for j in range(r):
+        n = _heap_push(heap, n, _next_event(bs, caching, c1[j], t1[j], nb[j], cu[j]) * r + j)
+    ne = 0
+    last = 0
+    while n > 0 and heap[0] // r <= m:
+        i = heap[0] // r
+        g = 0
+        takes = 0
+        while n > 0 and heap[0] // r == i:
+            j = _heap_pop(heap, n) - i * r
+            n -= 1
+            grp[g] = j
+            g += 1
+            takes += nb[j] * bs == c1[j] + i - 1
+        if takes > meta[FREE]:  # the step loop would preempt at step i: stop before it
+            return i - 1, ne, last
+        last = i
+        for q in range(g):
+            j = grp[q]
+            computed = c1[j] + i - 1
+            new = (min(computed + 1, mml) + bs - 1) // bs - nb[j]
+            if new > 0:
+                at = soff[j] + nb[j] - base[j]
+                if at + new > soff[j + 1]:
+                    return -1, 0, 0
+                nev = _take(blk, tab, meta, seg[at:at + new], scratch)
+                nb[j] += new
+                if logging:
+                    for e in range(nev):
+                        log[0, ne] = EVICTED
+                        log[1, ne] = i
+                        log[2, ne] = scratch[e]
+                        ne += 1
+            full = min(computed + 1, t1[j] + i - 1) // bs
+            for idx in range(cu[j], full):
+                if not caching:
+                    break
+                k = pk[koff[j] + idx - base[j]] if idx < nkeys[j] else _output_key(rid[j], idx)
+                _cache_one(blk, tab, meta, seg[soff[j] + idx - base[j]], k)
+                if logging:
+                    log[0, ne] = HASHED_KEY
+                    log[1, ne] = i
+                    log[2, ne] = k
+                    ne += 1
+            cu[j] = max(cu[j], full)
+            n = _heap_push(heap, n, _next_event(bs, caching, c1[j], t1[j], nb[j], cu[j]) * r + j)
+    return m, ne, last
 
 
 @_compiled
@@ -252,7 +379,7 @@ def _free(blk, meta, blocks):
 
 class BlockPool:
     """Blocks of one replica's KV pool. Blocks and keys go in as sequences of ints or int64 arrays (keys fit in 64
-    bits: kvlab.serving.replica.prompt_keys, kvlab.serving.scheduler.output_key); `take` hands out a list."""
+    bits: kvlab.serving.replica.prompt_keys, `output_key`); `take` hands out a list."""
 
     TABLE_SLOTS = 1024  # the key table's first size (a power of two; it doubles while keys would fill half)
 
@@ -363,14 +490,33 @@ class BlockPool:
         if not self.caching or not len(blocks):
             return
         ks = np.asarray(keys, np.int64)  # [n]
-        if 2 * (int(self.meta[USED]) + len(ks)) > len(self.tab):  # keep the table at most half full
+        self._room_for(len(ks))
+        _cache(self.blk, self.tab, self.meta, np.asarray(blocks, np.int64), ks)
+
+    def _room_for(self, n: int) -> None:
+        """Grow the key table so that n more keys keep it at most half full."""
+        if 2 * (int(self.meta[USED]) + n) > len(self.tab):
             size = len(self.tab)
-            while 2 * (int(self.meta[USED]) + len(ks)) > size:
+            while 2 * (int(self.meta[USED]) + n) > size:
                 size *= 2
             tab = np.full((size, 2), -1, np.int64)
             _rehash(self.tab, tab)
             self.tab = tab
-        _cache(self.blk, self.tab, self.meta, np.asarray(blocks, np.int64), ks)
+
+    # -- a decode stretch -------------------------------------------------------------------------------------------
+    def decode_run(self, m: int, bs: int, mml: int, c1, t1, nb, cu, rid, nkeys, base, seg, soff, pk, koff,
+                   logging: bool) -> tuple[int, np.ndarray, int]:
+        """The block events of up to `m` decode steps of a running batch in one compiled loop (`_decode_run`; the
+        arrays as it takes them, nb and cu updated). Returns (steps applied, [3, E] log of evicted and hashed keys:
+        kind, step, key (empty unless `logging`), the last step with block events (0: none))."""
+        self._room_for(len(seg))  # every block the run may hash
+        scratch = np.empty(len(seg) + 1, np.int64)
+        log = np.empty((3, 2 * len(seg) if logging else 0), np.int64)
+        got, ne, last = _decode_run(self.blk, self.tab, self.meta, m, bs, mml, self.caching, c1, t1, nb, cu, rid, nkeys,
+                              base, seg, soff, pk, koff, scratch, log, logging)
+        if got < 0:
+            raise RuntimeError("a decode run outgrew a request's block segment")  # skip_decodes sizes them
+        return got, log[:, :ne], last
 
     # -- freeing ----------------------------------------------------------------------------------------------------
     def free(self, blocks) -> None:

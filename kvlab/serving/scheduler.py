@@ -19,7 +19,6 @@ parallelism's several batches in flight.
 """
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -27,18 +26,12 @@ import numpy as np
 
 from ..checks import cdiv
 from ..errors import ParameterError
-from .blockpool import NONE, BlockPool
+from .blockpool import EVICTED, NONE, BlockPool, output_key
 
 
 def _ints(xs) -> list:
     """Keys or blocks as a list of Python ints (host tiers and block tables hold Python ints)."""
     return xs.tolist() if isinstance(xs, np.ndarray) else list(xs)
-
-
-def output_key(rid: int, i: int) -> int:
-    """Hash key of block i of request rid when it holds output tokens: unique to the request, and negative, so that
-    it never equals a prompt block's key (kvlab.serving.replica.prompt_keys: non-negative ints)."""
-    return ~((rid << 32) | i)
 
 
 @dataclass(frozen=True)
@@ -329,46 +322,64 @@ class VllmScheduler:
         whose new blocks the free queue cannot give (the step loop would preempt there). Returns the steps
         applied; the step in flight stays one like them. `starts[i]`: when skipped step i is scheduled, the time
         host tiers place the keys its blocks evict (as the step loop's `step(now)` sets it)."""
-        bs, caching, host = self.k.block_size, self.pool.caching, self.host
+        bs, caching, host, mml = self.k.block_size, self.pool.caching, self.host, self.k.max_model_len
         extra = 0 if self.k.async_scheduling else 1
-        free = self.pool.free_count()
         running = self.running
-        # request idx's state at skipped step i's scheduling: computed c1 + i - 1, tokens t1 + i - 1
-        c1 = [r.computed for r in running]
-        t1 = [r.prompt + r.out + extra for r in running]
-
-        def nxt(idx: int) -> int:  # the next step at which request idx takes or hashes a block
-            r = running[idx]
-            i = r.nb * bs - c1[idx] + 1
-            if caching:
-                i = min(i, (r.cached_upto + 1) * bs - t1[idx] + 1)
-            return max(i, 1)
-
-        events = [(nxt(j), j) for j in range(len(running))]
-        heapq.heapify(events)
-        while events and events[0][0] <= m:
-            i = events[0][0]
-            group = []
-            takes = 0
-            while events and events[0][0] == i:
-                j = heapq.heappop(events)[1]
-                group.append(j)
-                takes += running[j].nb * bs == c1[j] + i - 1
-            if takes > free:  # the step loop would preempt at step i: stop before it
-                m = i - 1
-                break
-            free -= takes
-            if host is not None and starts is not None:
-                host.now = starts[i]
-            for j in group:
-                r = running[j]
-                r.computed, r.out = c1[j] + i - 1, t1[j] + i - 1 - r.prompt
-                self._allocate(r, 1)
-                heapq.heappush(events, (nxt(j), j))
+        # request j's state at skipped step i's scheduling: computed c1 + i - 1, tokens t1 + i - 1
+        c1 = np.array([r.computed for r in running], np.int64)  # [R]
+        t1 = np.array([r.prompt + r.out + extra for r in running], np.int64)  # [R]
+        nb = np.array([r.nb for r in running], np.int64)  # [R] blocks held
+        cu = np.array([r.cached_upto for r in running], np.int64)  # [R] blocks hashed
+        first = nb * bs - c1 + 1  # [R] the first step at which each takes or hashes a block (_next_event)
+        if caching:
+            first = np.minimum(first, (cu + 1) * bs - t1 + 1)
+        act = np.flatnonzero(first <= m)  # [A] requests with block events in the stretch, in running order
+        if len(act):
+            c1a, t1a, nba, cua = c1[act], t1[act], nb[act].copy(), cu[act].copy()
+            reqs = [running[j] for j in act.tolist()]
+            cap = nba - cua + m // bs + 2  # [A] blocks from index cu on: held unhashed ones, and new ones
+            soff = np.zeros(len(act) + 1, np.int64)
+            np.cumsum(cap, out=soff[1:])
+            seg = np.empty(int(soff[-1]), np.int64)
+            nkeys = np.array([len(r.keys) for r in reqs], np.int64)  # [A]
+            kcap = np.maximum(np.minimum(nkeys, cua + cap) - cua, 0)  # [A] prompt keys from index cu on
+            koff = np.zeros(len(act) + 1, np.int64)
+            np.cumsum(kcap, out=koff[1:])
+            pk = np.empty(int(koff[-1]), np.int64)
+            for q, r in enumerate(reqs):
+                lo, n = int(cua[q]), int(nba[q] - cua[q])
+                if n:
+                    seg[soff[q]:soff[q] + n] = r.bt[lo:lo + n]
+                if kcap[q]:
+                    pk[koff[q]:koff[q + 1]] = r.keys[lo:lo + int(kcap[q])]
+            rid = np.array([r.id for r in reqs], np.int64)  # [A]
+            m, log, last = self.pool.decode_run(m, bs, mml, c1a, t1a, nba, cua, rid, nkeys, cua.copy(), seg, soff, pk,
+                                                koff, host is not None)
+            for q, r in enumerate(reqs):
+                add = int(nba[q]) - r.nb
+                if add:
+                    lo = int(soff[q]) + r.nb - r.cached_upto
+                    r.room(add, cdiv(min(r.prompt + r.max_tokens, mml), bs))[:] = seg[lo:lo + add]
+                r.cached_upto = int(cua[q])
+            if host is not None:
+                self._tell_host(log, last, starts)
         for j, r in enumerate(running):
-            r.computed = c1[j] + m
-            r.out = t1[j] - r.prompt - extra + m
+            r.computed = int(c1[j]) + m
+            r.out = int(t1[j]) - r.prompt - extra + m
         return m
+
+    def _tell_host(self, log: np.ndarray, last: int, starts) -> None:
+        """Pass a decode run's evicted and hashed keys ([3, E]: kind, step, key) to the host tiers in order, each at
+        its step's time (`starts`), as the step loop would one step at a time."""
+        host = self.host
+        kind, step, key = log
+        cut = (np.flatnonzero((np.diff(kind) != 0) | (np.diff(step) != 0)) + 1).tolist()
+        for lo, hi in zip([0, *cut], [*cut, len(key)]):
+            if starts is not None:
+                host.now = starts[int(step[lo])]
+            (host.evicted if kind[lo] == EVICTED else host.hashed)(key[lo:hi].tolist())
+        if last and starts is not None:
+            host.now = starts[last]
 
     def _preempt(self, r: Req) -> None:
         self._free(r)
