@@ -84,11 +84,10 @@ class VllmReplica:
 
     def _apply(self, batch, now: float) -> list[int]:
         a = self.a
-        before = {r: self.reqs[r].out for r in batch.samples}
-        done = self.sched.update(batch, self.reqs)
-        for r in batch.samples:
-            if before[r] == 0 and self.reqs[r].out > 0:
-                a.first_token[r] = now
+        firsts = []
+        done = self.sched.update(batch, self.reqs, firsts)
+        for r in firsts:
+            a.first_token[r] = now
         for r in done:
             a.finished[r] = now
             a.generated[r] = self.reqs[r].out
@@ -107,19 +106,17 @@ class VllmReplica:
         if self.inflight is not None and not s.k.async_scheduling:
             done += self._apply(self.inflight, now)
             self.inflight = None
-        before = {r.id: r.computed for r in s.running}
         b = s.schedule()
         if not b.tokens and self.inflight is not None:  # async, nothing to add: wait for the step in flight
             done += self._apply(self.inflight, now)
             self.inflight = None
-            before = {r.id: r.computed for r in s.running}
             b = s.schedule()
         if self.inflight is not None:
             done += self._apply(self.inflight, now)
         self.inflight = b if b.tokens else None
         prefill, decode = [], []
+        reqs = self.reqs
         for r, n in b.tokens.items():
-            q = self.reqs[r]
             if r in b.prefix_hit:
                 c = b.prefix_hit[r]
                 if a.started[r] < 0:
@@ -137,7 +134,7 @@ class VllmReplica:
                 if r in b.loaded:
                     load_s += self.host.load_s(b.loaded[r])
             else:
-                c = before[r]
+                c = reqs[r].computed - n  # its context before the step (schedule added n)
             if r in b.decode:
                 decode.append(c)
             else:

@@ -390,8 +390,9 @@ class VllmScheduler:
         self.preemptions += 1
         self.waiting.appendleft(r)
 
-    def update(self, batch: Batch, reqs) -> list[int]:
-        """Apply a step's sampled tokens; returns the requests it finished. `reqs`: request id -> Req."""
+    def update(self, batch: Batch, reqs, firsts: list | None = None) -> list[int]:
+        """Apply a step's sampled tokens; returns the requests it finished. `reqs`: request id -> Req; `firsts`, a
+        list: the requests whose first output token this step gave are appended to it."""
         done = []
         for rid, n in batch.tokens.items():
             r = reqs[rid]
@@ -404,6 +405,8 @@ class VllmScheduler:
             if not stale and r.placeholders > 0:
                 r.placeholders -= 1
             r.out += 1
+            if r.out == 1 and firsts is not None:
+                firsts.append(rid)
             if r.out >= r.max_tokens or r.tokens >= self.k.max_model_len:
                 r.finished = True
                 done.append(rid)
