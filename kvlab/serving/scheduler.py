@@ -50,9 +50,9 @@ class SchedulerKnobs:
     reserve_full_isl: bool = True  # admission needs blocks for the whole input (scheduler_reserve_full_isl)
 
 
-@dataclass
+@dataclass(eq=False)
 class Req:
-    """One request's scheduler state."""
+    """One request's scheduler state (compared by identity: the queues look requests up by it)."""
 
     id: int  # request index
     prompt: int  # prompt tokens
