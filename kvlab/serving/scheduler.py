@@ -294,8 +294,10 @@ class VllmScheduler:
         """Steps after `batch` (the step just scheduled, its predecessor applied) that the scheduler would form
         alike, at most `most` (0: none): `batch` decodes one token of every running request, nothing it did can
         change who runs (no request waits, or admission stopped for good: see `stuck`; nothing freed since), and
-        no request samples its last token (or nears it: async scheduling's guard) or reaches max_model_len.
-        Block boundaries inside the stretch are `skip_decodes`' to take, in order."""
+        no request is scheduled past its last token (max_tokens, or max_model_len): the stretch may end with a
+        request's last token in flight; the step after it, where that request is passed over and finishes, is the
+        step loop's (one more step would differ: tests/test_serve_skip.py). Block boundaries inside the stretch
+        are `skip_decodes`' to take, in order."""
         if batch is None or len(batch.tokens) != len(self.running) or len(batch.decode) != len(batch.tokens):
             return 0
         if self.waiting and self.stuck != (self.pool.free_count(), len(self.running)):
@@ -304,7 +306,7 @@ class VllmScheduler:
         k = most
         for r in self.running:
             g = r.out + r.placeholders + extra  # samples applied or in flight
-            k = min(k, min(r.max_tokens, mml - r.prompt) - g - 2)
+            k = min(k, min(r.max_tokens, mml - r.prompt) - g)
             if k <= 0:
                 return 0
         return k
