@@ -31,9 +31,33 @@ from ...engines import ENGINES, allocate
 from ...errors import KvlabError, ParameterError
 from ...layout import Shard
 from ...models import load_model
+from ...sim.kernels import ENABLED
 from ..capacity import weight_bytes
 from ...hardware import get_gpu
 from .base import Step, StepTime, StepTimeSource
+
+if ENABLED:
+    from numba import njit
+    _compiled = njit(cache=True, nogil=True)
+else:  # pragma: no cover - without numba the kernel below runs as plain Python
+    def _compiled(f):
+        return f
+
+
+@_compiled
+def _run_sums(kv_at, fl_at, ctx, kv, fl):
+    """kv[j], fl[j]: the batch's KV bytes and decode FLOPs (whole numbers, summed exactly in int64) at contexts
+    ctx + j (at least 1) from the per-context tables, for every step j of a decode stretch ([steps] each), without
+    the [steps, B] gathers."""
+    for j in range(kv.shape[0]):
+        a = 0
+        f = 0
+        for c in ctx:
+            x = max(c + j, 1)
+            a += kv_at[x]
+            f += np.int64(fl_at[x])
+        kv[j] = a
+        fl[j] = f
 
 MEMORY_EFFICIENCY = 0.92  # assumption (fitted): share of hbm_tb_s a step's weight and KV reads achieve
 COMPUTE_EFFICIENCY = 0.80  # assumption (fitted): share of the dense tensor peak a step's matmuls achieve
@@ -206,6 +230,7 @@ class Roofline(StepTimeSource):
                            else self._keys_flops((t + 1).astype(float)))  # a decode sees context + 1 keys
             self._kv_at, self._flops_at = self._kv_np.tolist(), self._fl_np.tolist()
             self._fl_whole = bool(np.all(np.floor(self._fl_np) == self._fl_np) and self._fl_np.max() < 2.0 ** 53)
+            self._fl_max = float(self._fl_np.max())  # the largest decode FLOPs in the table
         return self._kv_at, self._flops_at
 
     def _terms(self, decode: list, chunks: list) -> tuple[float, int, float, float, float]:
@@ -231,25 +256,28 @@ class Roofline(StepTimeSource):
         what the simulator fast-forwards between events. Each figure equals `step_s([], contexts + j)` exactly
         (integer byte sums, correctly rounded FLOP sums, the same float operations; tests/test_serve_fast.py)."""
         ctx = np.asarray(contexts, np.int64)  # [B]
-        at = np.maximum(ctx[None, :] + np.arange(steps, dtype=np.int64)[:, None], 1)  # [steps, B]
         b = ctx.size
         wb = self.weight_read_bytes(b)
         f = 2 * self.active_params() * b
-        hi = int(at.max()) if at.size else 1
-        if hi < TABLE_MAX:  # gather from the per-context tables (the same figures, computed once)
+        hi = max(int(ctx.max()) + steps - 1, 1) if b and steps else 1  # the longest context priced
+        fl = None
+        if hi < TABLE_MAX:  # from the per-context tables (the same figures, computed once)
             self._tables([hi], [])
-            kv = self._kv_np[at].sum(1)  # [steps] exact ints
-            per = self._fl_np[at]  # [steps, B]
-            whole = self._fl_whole
+            if self._fl_whole and b * self._fl_max < 2.0 ** 62 and self._kv_np.dtype == np.int64:
+                # whole numbers: int64 sums are exact, and casting one rounds once, as fsum does
+                kv, fls = np.empty(steps, np.int64), np.empty(steps, np.int64)  # [steps] each
+                _run_sums(self._kv_np, self._fl_np, ctx, kv, fls)
+                fl = (f + fls.astype(float)) / self.tp  # [steps]
+            else:
+                at = np.maximum(ctx[None, :] + np.arange(steps, dtype=np.int64)[:, None], 1)  # [steps, B]
+                kv = self._kv_np[at].sum(1)  # [steps] exact ints
+                per = self._fl_np[at]  # [steps, B]
         else:
+            at = np.maximum(ctx[None, :] + np.arange(steps, dtype=np.int64)[:, None], 1)  # [steps, B]
             kv = self.alloc.layout.totals(at.ravel()).reshape(at.shape).sum(1)  # [steps] exact ints
             per = (self.v4.context_flops(at.ravel()) if self.v4 is not None
                    else self._keys_flops((at + 1).ravel().astype(float))).reshape(at.shape)  # [steps, B]
-            whole = False
-        if whole and b * float(per.max(initial=0.0)) < 2.0 ** 62:
-            # whole numbers: an int64 row sum is exact, and casting it rounds once, as fsum does
-            fl = (f + per.astype(np.int64).sum(1).astype(float)) / self.tp  # [steps]
-        else:
+        if fl is None:  # correctly rounded row sums
             fl = np.array([(f + math.fsum(row)) / self.tp for row in per.tolist()])  # [steps]
         mem_ms = (wb + kv) / (self.gpu.hbm_bytes_per_s * self.memory_efficiency) * 1e3
         cmp_ms = fl / (self.peak * self.compute_efficiency) * 1e3
