@@ -29,6 +29,11 @@ from ..errors import ParameterError
 from .blockpool import EVICTED, NONE, BlockPool, output_key
 
 
+def _int64(xs) -> np.ndarray:
+    """A list of ints as an int64 array (what the pool's compiled loops take)."""
+    return np.array(xs, np.int64)
+
+
 def _ints(xs) -> list:
     """Keys or blocks as a list of Python ints (host tiers and block tables hold Python ints)."""
     return xs.tolist() if isinstance(xs, np.ndarray) else list(xs)
@@ -328,46 +333,50 @@ class VllmScheduler:
         extra = 0 if self.k.async_scheduling else 1
         running = self.running
         # request j's state at skipped step i's scheduling: computed c1 + i - 1, tokens t1 + i - 1
-        c1 = np.array([r.computed for r in running], np.int64)  # [R]
-        t1 = np.array([r.prompt + r.out + extra for r in running], np.int64)  # [R]
-        nb = np.array([r.nb for r in running], np.int64)  # [R] blocks held
-        cu = np.array([r.cached_upto for r in running], np.int64)  # [R] blocks hashed
-        first = nb * bs - c1 + 1  # [R] the first step at which each takes or hashes a block (_next_event)
-        if caching:
-            first = np.minimum(first, (cu + 1) * bs - t1 + 1)
-        act = np.flatnonzero(first <= m)  # [A] requests with block events in the stretch, in running order
-        if len(act):
-            c1a, t1a, nba, cua = c1[act], t1[act], nb[act].copy(), cu[act].copy()
-            reqs = [running[j] for j in act.tolist()]
-            cap = nba - cua + m // bs + 2  # [A] blocks from index cu on: held unhashed ones, and new ones
-            soff = np.zeros(len(act) + 1, np.int64)
-            np.cumsum(cap, out=soff[1:])
-            seg = np.empty(int(soff[-1]), np.int64)
-            nkeys = np.array([len(r.keys) for r in reqs], np.int64)  # [A]
-            kcap = np.maximum(np.minimum(nkeys, cua + cap) - cua, 0)  # [A] prompt keys from index cu on
-            koff = np.zeros(len(act) + 1, np.int64)
-            np.cumsum(kcap, out=koff[1:])
-            pk = np.empty(int(koff[-1]), np.int64)
+        c1 = [r.computed for r in running]
+        t1 = [r.prompt + r.out + extra for r in running]
+        act = []  # requests with block events in the stretch (running order): the first step at which each takes
+        for j, r in enumerate(running):  # or hashes a block (_next_event) comes within m
+            first = r.nb * bs - c1[j] + 1
+            if caching:
+                first = min(first, (r.cached_upto + 1) * bs - t1[j] + 1)
+            if first <= m:
+                act.append(j)
+        if act:
+            reqs = [running[j] for j in act]
+            nb = [r.nb for r in reqs]  # blocks held
+            cu = [r.cached_upto for r in reqs]  # blocks hashed
+            cap = [n - c + m // bs + 2 for n, c in zip(nb, cu)]  # blocks from index cu on: held unhashed, and new
+            nkeys = [len(r.keys) for r in reqs]
+            kcap = [max(min(k, c + n) - c, 0) for k, c, n in zip(nkeys, cu, cap)]  # prompt keys from index cu on
+            soff, koff = [0], [0]
+            for n, k in zip(cap, kcap):
+                soff.append(soff[-1] + n)
+                koff.append(koff[-1] + k)
+            seg = np.empty(soff[-1], np.int64)
+            pk = np.empty(koff[-1], np.int64)
             for q, r in enumerate(reqs):
-                lo, n = int(cua[q]), int(nba[q] - cua[q])
+                lo, n = cu[q], nb[q] - cu[q]
                 if n:
                     seg[soff[q]:soff[q] + n] = r.bt[lo:lo + n]
                 if kcap[q]:
-                    pk[koff[q]:koff[q + 1]] = r.keys[lo:lo + int(kcap[q])]
-            rid = np.array([r.id for r in reqs], np.int64)  # [A]
-            m, log, last = self.pool.decode_run(m, bs, mml, c1a, t1a, nba, cua, rid, nkeys, cua.copy(), seg, soff, pk,
-                                                koff, host is not None)
-            for q, r in enumerate(reqs):
-                add = int(nba[q]) - r.nb
+                    pk[koff[q]:koff[q + 1]] = r.keys[lo:lo + kcap[q]]
+            nba, cua = _int64(nb), _int64(cu)  # [A] each, updated by the run
+            m, log, last = self.pool.decode_run(
+                m, bs, mml, _int64([c1[j] for j in act]), _int64([t1[j] for j in act]), nba, cua,
+                _int64([r.id for r in reqs]), _int64(nkeys), _int64(cu), seg, _int64(soff), pk, _int64(koff),
+                host is not None)
+            for q, (r, n, c) in enumerate(zip(reqs, nba.tolist(), cua.tolist())):
+                add = n - r.nb
                 if add:
-                    lo = int(soff[q]) + r.nb - r.cached_upto
+                    lo = soff[q] + r.nb - r.cached_upto
                     r.room(add, cdiv(min(r.prompt + r.max_tokens, mml), bs))[:] = seg[lo:lo + add]
-                r.cached_upto = int(cua[q])
+                r.cached_upto = c
             if host is not None:
                 self._tell_host(log, last, starts)
         for j, r in enumerate(running):
-            r.computed = int(c1[j]) + m
-            r.out = int(t1[j]) - r.prompt - extra + m
+            r.computed = c1[j] + m
+            r.out = t1[j] - r.prompt - extra + m
         return m
 
     def _tell_host(self, log: np.ndarray, last: int, starts) -> None:
