@@ -16,6 +16,8 @@ each operation over a request's blocks is one compiled (numba) loop, as vLLM's o
   tab    [S, 2] the key table: key and the first block cached under it (-1: an empty slot); open addressing with
          linear probing, removal by backward shift (no tombstones), at most half full (it doubles before)
   meta   [3] free blocks, keys in the table, the next never-used block
+A decode stretch's takes and hashes (kvlab.serving.scheduler.VllmScheduler.skip_decodes) are one compiled loop too
+(`_decode_run`).
 Never-used blocks are not linked: they are a range between the queue's unhashed head and its hashed tail, so a pool
 of millions of blocks costs nothing until its blocks are used (np.zeros pages in lazily). Without numba
 (KVLAB_NUMBA=0) the same functions run as plain Python, slowly.

@@ -165,14 +165,13 @@ class VllmScheduler:
         if admit and host is not None:
             self.loaded = host.admit(_ints(r.keys), len(hit), ext)
         known = r.cached_upto  # leading blocks of r hashed already
-        most = cdiv(min(r.prompt + r.max_tokens, self.k.max_model_len), bs)  # blocks r can hold at most
         if len(hit):
             self.pool.touch(hit)
             if r.nb == known:  # the hits follow them, each cached under r's key at its place
                 known += len(hit)
-            r.room(len(hit), most)[:] = hit
+            self._room(r, len(hit))[:] = hit
         if new > 0:
-            self.pool.take_into(r.room(new, most))
+            self.pool.take_into(self._room(r, new))
             if host is not None and self.pool.evicted:
                 host.evicted(self.pool.evicted)
                 self.pool.evicted.clear()
@@ -186,6 +185,10 @@ class VllmScheduler:
                 host.hashed(_ints(keys))
             r.cached_upto = full_blocks
         return True
+
+    def _room(self, r: Req, n: int) -> np.ndarray:
+        """r's next n block slots (Req.room), its buffer sized for the most blocks r can hold when it grows."""
+        return r.room(n, cdiv(min(r.prompt + r.max_tokens, self.k.max_model_len), self.k.block_size))
 
     def _free(self, r: Req) -> None:
         self.pool.free(r.blocks)
@@ -370,7 +373,7 @@ class VllmScheduler:
                 add = n - r.nb
                 if add:
                     lo = soff[q] + r.nb - r.cached_upto
-                    r.room(add, cdiv(min(r.prompt + r.max_tokens, mml), bs))[:] = seg[lo:lo + add]
+                    self._room(r, add)[:] = seg[lo:lo + add]
                 r.cached_upto = c
             if host is not None:
                 self._tell_host(log, last, starts)
