@@ -123,23 +123,24 @@ def _unlink(blk, b):
 
 
 @_compiled
-def _push_back(blk, b):
-    t = blk.shape[0] - 1  # tail sentinel
-    p = blk[t, PREV]
+def _link(blk, p, b, n):
+    """Put b between neighbours p and n."""
     blk[p, NEXT] = b
     blk[b, PREV] = p
-    blk[b, NEXT] = t
-    blk[t, PREV] = b
+    blk[b, NEXT] = n
+    blk[n, PREV] = b
+
+
+@_compiled
+def _push_back(blk, b):
+    t = blk.shape[0] - 1  # tail sentinel
+    _link(blk, blk[t, PREV], b, t)
 
 
 @_compiled
 def _push_front(blk, b):
     h = blk.shape[0] - 2  # head sentinel
-    n = blk[h, NEXT]
-    blk[h, NEXT] = b
-    blk[b, PREV] = h
-    blk[b, NEXT] = n
-    blk[n, PREV] = b
+    _link(blk, h, b, blk[h, NEXT])
 
 
 # -- pool operations over a run of blocks -------------------------------------------------------------------------
