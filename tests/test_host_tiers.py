@@ -151,3 +151,33 @@ def test_bad_host_tiers_one_clear_line(capsys):
                      "--step-time", "unit", "--no-progress", *argv]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and msg in err[0], err
+
+
+def test_a_decode_run_tells_host_tiers_its_keys_in_order_at_each_steps_time():
+    """A stretch's log reaches the host tiers run by run (evicted, then hashed, ...), each at its step's time; an empty
+    log (takes of never-used blocks, no hash yet) tells them nothing and still leaves the clock at the last step with
+    block events."""
+    from kvlab.serving.blockpool import EVICTED, HASHED_KEY
+    from kvlab.serving.scheduler import SchedulerKnobs, VllmScheduler
+    calls = []
+
+    class Spy:
+        now = 0.0
+
+        def evicted(self, keys):
+            calls.append(("evicted", self.now, keys))
+
+        def hashed(self, keys):
+            calls.append(("hashed", self.now, keys))
+
+    s = VllmScheduler(SchedulerKnobs(num_blocks=8), host=HostTiers(0, 0, 1, BW, math.inf))
+    s.host = Spy()
+    starts = [0.0, 1.0, 2.0, 3.0]
+    s._tell_host(np.zeros((3, 0), np.int64), 2, starts)
+    assert calls == [] and s.host.now == 2.0
+    log = np.array([[EVICTED, EVICTED, HASHED_KEY, EVICTED, HASHED_KEY],
+                    [1, 1, 1, 3, 3],
+                    [10, 11, 12, 13, 14]], np.int64)
+    s._tell_host(log, 3, starts)
+    assert calls == [("evicted", 1.0, [10, 11]), ("hashed", 1.0, [12]), ("evicted", 3.0, [13]),
+                     ("hashed", 3.0, [14])] and s.host.now == 3.0

@@ -388,7 +388,7 @@ class VllmScheduler:
         host = self.host
         kind, step, key = log
         cut = (np.flatnonzero((np.diff(kind) != 0) | (np.diff(step) != 0)) + 1).tolist()
-        for lo, hi in zip([0, *cut], [*cut, len(key)]):
+        for lo, hi in zip([0, *cut], [*cut, len(key)]) if len(key) else ():  # runs of one kind at one step
             if starts is not None:
                 host.now = starts[int(step[lo])]
             (host.evicted if kind[lo] == EVICTED else host.hashed)(key[lo:hi].tolist())
