@@ -25,7 +25,7 @@ kept in host tiers: only a preempted request could hit them.
 """
 from __future__ import annotations
 
-from itertools import compress, repeat
+from itertools import compress
 from operator import not_
 
 from ..sim.tierstack import TierStack
@@ -75,11 +75,7 @@ class HostTiers:
                     key = "dram->hbm" if t == 1 else "ssd->hbm"
                     st.moved[key] = st.moved.get(key, 0) + st.block_bytes
             keys = list(compress(keys, map(not_, held)))
-        # the rest are in no host tier: an access only counts them and dates their use (TierStack.take, whose
-        # storing in HBM leaves them to the pool), in bulk
-        count = st.count
-        count.update(zip(keys, [c + 1 for c in map(count.get, keys, repeat(0))]))
-        st.last.update(dict.fromkeys(keys, now))
+        st.take_absent(keys, now)  # the rest are in no host tier
         return got
 
     def evicted(self, keys) -> None:

@@ -33,6 +33,7 @@ so HBM and DRAM add up). A write-through variant is left for later.
 from __future__ import annotations
 
 import heapq
+from itertools import repeat
 import math
 
 import numpy as np
@@ -162,6 +163,14 @@ class TierStack:
         if k != 0:
             self.place(b, 0, None, now)
         return k
+
+    def take_absent(self, keys: list, now: float) -> None:
+        """`take` for each of `keys` (distinct, in no tier) when HBM is external: all it does then is count the
+        access and date the use, done here in bulk (a prompt's ~1,000 keys an admission)."""
+        assert self.hbm_external, "storing in HBM is the stack's own work unless HBM is external"
+        count = self.count
+        count.update(zip(keys, [c + 1 for c in map(count.get, keys, repeat(0))]))
+        self.last.update(dict.fromkeys(keys, now))
 
     # --- what a serving replica asks ---------------------------------------------------------------------------
     def access(self, blocks, tokens, now: float):
