@@ -92,8 +92,12 @@ class TierStack:
             except ParameterError as e:
                 raise ParameterError(f"{TIERS[k]} tier: {e}") from None
         self.where: dict[int, int] = {}  # block -> tier index
-        self.last: dict[int, float] = {}  # block -> time of its last use
-        self.count: dict[int, int] = {}  # block -> accesses so far
+        # per-block history, kept only where a rule reads it (it grows with every block ever seen: hundreds of
+        # millions of keys over a long serving run would not fit in memory)
+        self.counting = any(a > 1 for a, c in zip(self.admits, self.cap) if c)  # an admission rule counts
+        self.dating = math.isfinite(self.ttl_s)  # a TTL reads last uses
+        self.last: dict[int, float] = {}  # block -> time of its last use (when dating)
+        self.count: dict[int, int] = {}  # block -> accesses so far (when counting; else every block seen has 1)
         self.expiry: list = []  # (last use, block) for DRAM residents; lazy: stale entries are skipped
         self.moved: dict = {"hbm->dram": 0, "dram->ssd": 0, "dram->hbm": 0, "ssd->hbm": 0}  # bytes src->dst
         self.evicted = 0  # blocks dropped past the last tier for capacity
@@ -112,13 +116,13 @@ class TierStack:
             if k >= 3:
                 self.evicted += 1
                 return
-            if self.count[b] < self.admits[k]:
+            if self.counting and self.count[b] < self.admits[k]:
                 self.declined += 1
                 return
             if src is not None:
                 key = f"{TIERS[src]}->{TIERS[k]}"
                 self.moved[key] = self.moved.get(key, 0) + self.block_bytes
-            if k == 1 and now - self.last[b] > self.ttl_s:  # expired on arrival
+            if k == 1 and self.dating and now - self.last[b] > self.ttl_s:  # expired on arrival
                 if caps[2] == 0:
                     return
                 src, k = 1, 2
@@ -152,14 +156,16 @@ class TierStack:
     def take(self, b: int, now: float) -> int:
         """One access to b: the tier it was found in (3: nowhere), after which b is used at `now` and stored in
         HBM (the caller sets `future[b]` first for offline policies)."""
-        self.count[b] = self.count.get(b, 0) + 1
+        if self.counting:
+            self.count[b] = self.count.get(b, 0) + 1
         k = self.where.get(b, 3)
         if k == 0:
             self.caches[0].lookup(b)
         elif k < 3:
             self.caches[k].remove(b)
             del self.where[b]
-        self.last[b] = now
+        if self.dating:
+            self.last[b] = now
         if k != 0:
             self.place(b, 0, None, now)
         return k
@@ -168,9 +174,11 @@ class TierStack:
         """`take` for each of `keys` (distinct, in no tier) when HBM is external: all it does then is count the
         access and date the use, done here in bulk (a prompt's ~1,000 keys an admission)."""
         assert self.hbm_external, "storing in HBM is the stack's own work unless HBM is external"
-        count = self.count
-        count.update(zip(keys, [c + 1 for c in map(count.get, keys, repeat(0))]))
-        self.last.update(dict.fromkeys(keys, now))
+        if self.counting:
+            count = self.count
+            count.update(zip(keys, [c + 1 for c in map(count.get, keys, repeat(0))]))
+        if self.dating:
+            self.last.update(dict.fromkeys(keys, now))
 
     # --- what a serving replica asks ---------------------------------------------------------------------------
     def access(self, blocks, tokens, now: float):
