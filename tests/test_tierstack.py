@@ -85,3 +85,25 @@ def test_serving_refuses_offline_policies():
         TierStack((2, 2, 0), 10, policy="belady")
     with pytest.raises(ParameterError, match="hbm tier: S3-FIFO needs a capacity of at least 20"):
         TierStack((2, 2, 0), 10, policy="s3fifo")
+
+
+@pytest.mark.parametrize("policy", ONLINE)
+@pytest.mark.parametrize("caps", [(0, 30, 0), (0, 30, 40), (0, 0, 40), (0, 25, 25)])
+@pytest.mark.parametrize("ttl", [math.inf, 30.0])
+def test_place_many_equals_place_one_at_a_time(policy, caps, ttl):
+    """Host tiers place a pool's evicted blocks in bulk (TierStack.place_many, Policy.insert_run): the same tiers,
+    victims, counters as placing them one by one, including runs longer than a tier."""
+    rng = np.random.default_rng(7)
+    bulk, one = (TierStack(caps, 10, ttl, policy=policy, hbm_external=True) for _ in range(2))
+    for step in range(120):
+        free = np.setdiff1d(np.arange(400), list(bulk.where))
+        keys = rng.choice(free, int(rng.integers(0, 60)), replace=False).tolist()
+        for st in (bulk, one):
+            st.expire(float(step))
+            st.take_absent(keys, float(step - 40 * (step % 3 == 0)))  # some idle past the TTL
+        bulk.place_many(keys, 1, 0, float(step))
+        for k in keys:
+            one.place(k, 1, 0, float(step))
+        assert bulk.where == one.where
+        assert (bulk.moved, bulk.evicted, bulk.declined) == (one.moved, one.evicted, one.declined)
+    assert bulk.evicted > 0 and len(bulk.where) == sum(caps)

@@ -80,9 +80,9 @@ class HostTiers:
 
     def evicted(self, keys) -> None:
         """The pool dropped these keys (their last block reused): each moves to DRAM, or the next tier."""
-        place, now = self.stack.place, self.now
-        for k in compress(keys, map((0).__le__, keys)):  # prompt blocks (keys >= 0), each accessed through `admit`
-            place(k, 1, 0, now)  # when its request was; output blocks (keys < 0) never are
+        # prompt blocks (keys >= 0), each accessed through `admit` when its request was; output blocks (keys < 0)
+        # never are
+        self.stack.place_many(list(compress(keys, map((0).__le__, keys))), 1, 0, self.now)
 
     def hashed(self, keys) -> None:
         """The pool hashed these keys: a host copy of any of them is stale and dropped."""

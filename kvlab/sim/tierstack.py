@@ -140,6 +140,34 @@ class TierStack:
             del self.where[v]
             b, src, k = v, k, k + 1
 
+    def place_many(self, blocks: list, k: int, src: int | None, now: float) -> None:
+        """`place(b, k, src, now)` for each of `blocks` (distinct, in no tier, as `place` needs them) in order: one
+        policy call a tier (Policy.insert_run) when no rule reads per-block history (a tier's victims reach the
+        next tier in the order they left, which is all the next tier sees); else one at a time."""
+        where = self.where
+        if self.counting or self.dating:
+            for b in blocks:
+                self.place(b, k, src, now)
+            return
+        if k == 0 and self.hbm_external:
+            return
+        caps = self.cap
+        while blocks:
+            while k < 3 and caps[k] == 0:
+                k += 1
+            if k >= 3:
+                self.evicted += len(blocks)
+                return
+            if src is not None:
+                key = f"{TIERS[src]}->{TIERS[k]}"
+                self.moved[key] = self.moved.get(key, 0) + self.block_bytes * len(blocks)
+            kept, left = self.caches[k].insert_run(blocks)
+            self.declined += len(blocks) - len(kept)
+            where.update(dict.fromkeys(kept, k))
+            for v in left:
+                del where[v]
+            blocks, src, k = left, k, k + 1
+
     def expire(self, now: float) -> None:
         """DRAM blocks idle longer than the TTL leave DRAM: to SSD when there is one, else dropped."""
         if not math.isfinite(self.ttl_s):

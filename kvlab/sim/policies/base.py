@@ -10,6 +10,8 @@ so that a tier hierarchy can act between the halves (remove a block found in a l
                  policy declines it, e.g. S3-FIFO with a one-block small queue, or the bypassing optimum)
   remove(b)      take resident b out (promoted to a higher tier, or expired)
   get(b)         lookup(b), or insert(b) on a miss: one libCacheSim request, True on a hit
+  insert_run(bs) lookup(b) then insert(b) for each of `bs` (distinct, none resident) in order: (the blocks kept,
+                 the residents that left, each in order); a policy may do it in bulk (LRU, FIFO)
 
 Offline policies (`offline = True`, Belady's) read each block's next use from `future[b]` (an array or a dict)
 that the driver updates before every access (`NEVER` where the block is not used again).
@@ -105,6 +107,17 @@ class Policy:
 
     def __len__(self) -> int:
         raise NotImplementedError
+
+    def insert_run(self, blocks: list) -> tuple[list, list]:
+        kept, left = [], []
+        for b in blocks:
+            self.lookup(b)
+            v, stored = self.insert(b)
+            if stored:
+                kept.append(b)
+            if v >= 0 and v != b:
+                left.append(v)
+        return kept, left
 
     def get(self, b: int) -> bool:
         if self.lookup(b):

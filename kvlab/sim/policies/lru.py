@@ -28,6 +28,12 @@ class LRU(Policy):
         self.od[b] = None
         return v, True
 
+    def insert_run(self, blocks):
+        od = self.od  # one insert each, in order: the blocks leave oldest first, the run's own early blocks last
+        od.update(dict.fromkeys(blocks))
+        over = len(od) - self.capacity
+        return blocks, [od.popitem(last=False)[0] for _ in range(over)] if over > 0 else []
+
     def remove(self, b):
         del self.od[b]
 
