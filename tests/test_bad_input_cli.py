@@ -233,7 +233,7 @@ OPTIONS = [
     ("analyze --points 1", ["analyze", "synthetic", "--points", "1"], ["points must be an integer >= 2"]),
     ("analyze --points 1e18", ["analyze", "synthetic", "--points", "1e18"], ["points must be an integer <= 10,000"]),
     ("analyze --target nan", ["analyze", "synthetic", "--target", "nan"], ["--target", "finite"]),
-    ("analyze --block-tokens 0", ["analyze", "synthetic", "--block-tokens", "0"], ["block_tokens must be"]),
+    ("analyze --block-tokens 0", ["analyze", "synthetic", "--block-tokens", "0"], ["--block-tokens must be an integer >= 1"]),
     ("analyze --block-tokens 1 (43 million accesses)", ["analyze", "synthetic", "--block-tokens", "1"],
      ["the synthetic workload would make more than 10,000,000 block accesses"]),
     ("simulate --hbm-gb 1e400", ["simulate", "--model", "qwen3-8b", "--hbm-gb", "1e400"], ["--hbm-gb", "finite"]),

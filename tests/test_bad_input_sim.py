@@ -93,6 +93,15 @@ TRACE_FILES = [  # numbers too large for their type, binary garbage, a folder, a
     ("cli", ["analyze", "{d}/good.csv"], r"has no block ids"),
     ("cli", SIM + ["{d}/good.jsonl", "--limit", "0"], r"limit must be an integer >= 1"),
     ("cli", SIM + ["no-such-trace"], r"not found: no such file, and not a catalog name"),
+    ("api", lambda d: load_trace(d / "good.csv", block_tokens=16), r"good.csv is an Azure CSV trace, which has none"),
+    ("cli", SIM + ["{d}/good.jsonl", "--block-tokens", "0"], r"--block-tokens must be an integer >= 1"),
+    ("cli", SIM + ["{d}/good.jsonl", "--block-tokens", "256"],
+     r"line 1: field 'hash_ids': 2 ids for 1000 input tokens; expected ceil\(1000 / 256\) = 4 .*--block-tokens"),
+    ("cli", SIM + ["{d}/good.csv", "--block-tokens", "16"], r"Azure CSV trace, which has none \(leave it out\)"),
+    ("cli", ["serve-sim", "{d}/good.csv", "--model", "qwen3-8b", "--gpu", "H100", "--block-tokens", "16"],
+     r"Azure CSV trace, which has none"),
+    ("cli", ["plan", "{d}/good.jsonl", "--model", "qwen3-8b", "--gpu", "H100", "--block-tokens", "300",
+             "--slo", "ttft_p99=2"], r"expected ceil\(1000 / 300\) = 4"),
 ]
 
 
@@ -181,7 +190,7 @@ POLICIES = [  # policies, admissions, capacities, targets, analyzer and fetcher 
      r"hbm tier: S3-FIFO needs a capacity of at least 20"),
     ("cli", ["analyze", "synthetic", "--points", "1"], r"points must be an integer >= 2"),
     ("cli", ["analyze", "synthetic", "--target", "1.5"], r"--target must lie in \[0(\.0)?, 1(\.0)?\]"),
-    ("cli", ["analyze", "synthetic", "--block-tokens", "0"], r"block_tokens must be an integer >= 1"),
+    ("cli", ["analyze", "synthetic", "--block-tokens", "0"], r"--block-tokens must be an integer >= 1, got .0."),
     ("cli", ["analyze", "synthetic", "--model", "no-such-model"], r"no-such-model"),
     ("cli", ["traces", "fetch", "nope"], r"invalid choice: 'nope'"),
 ]

@@ -11,7 +11,7 @@ from kvlab.serving.router import ROUTERS
 from kvlab.serving.simulator import ServeConfig, deployment_config, simulate_serving
 from kvlab.serving.stepmodel import AffineStepModel, StepModel
 from kvlab.sim.tiering import make_tiers, simulate
-from kvlab.sim.traces import Trace, have_trace, load_trace
+from kvlab.sim.traces import Trace, have_trace, load_trace, read_mooncake
 
 MODEL = "llama-3.1-8b"
 # Simulator mechanics tests run on fixed affine coefficients (given, so they time any deployment); the default step
@@ -392,3 +392,26 @@ def test_pipeline_stages_are_not_priced_silently(capsys):
               "--step-time", "affine", "--overhead-ms", "5", "--prefill-token-us", "20", "--decode-request-us", "100",
               "--context-token-ns", "20", "--json")
     assert d["completed"] == 20 and d["step_time"]["source"] == "affine"
+
+
+@pytest.mark.parametrize("command", ["serve-sim", "simulate"])
+def test_trace_hashed_in_another_block_size(tmp_path, capsys, command):
+    """A Mooncake-format trace made elsewhere with 64-token hash blocks: read with --block-tokens 64 its shared
+    prefix is found (the same hits as the API's reading), refused without it, naming the option."""
+    rec = '{{"timestamp": {t}, "input_length": {n}, "output_length": 4, "hash_ids": {h}}}\n'
+    f = tmp_path / "b64.jsonl"
+    f.write_text(rec.format(t=0, n=200, h="[1, 2, 3, 4]") + rec.format(t=1000, n=150, h="[1, 2, 5]"))
+    argv = ([command, str(f), "--model", MODEL, "--gpu", "H100", "--step-time", "unit", "--json"]
+            if command == "serve-sim" else [command, "--trace", str(f), "--model", MODEL, "--hbm-gb", "1", "--json"])
+    rc, _, err = run_cli(capsys, *argv)
+    assert rc == 2 and "--block-tokens" in err
+    rc, out, err = run_cli(capsys, *argv, "--block-tokens", "64")
+    assert rc == 0, err
+    tr = read_mooncake(f, block_tokens=64)
+    assert tr.block_tokens == 64
+    if command == "serve-sim":  # the second request shares two 64-token blocks: 8 KV blocks of 16
+        r = simulate_serving(tr, deployment_config(MODEL, "H100", tr), AffineStepModel(1.0, 0.0, 0.0, 0.0))
+        assert r.prefix_hit_tokens.tolist() == [0, 128]
+        assert json.loads(out)["token_hit_rate"] == pytest.approx(128 / 350)
+    else:
+        assert json.loads(out)["token_hit_rate"] > 0

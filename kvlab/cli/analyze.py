@@ -89,7 +89,7 @@ def register(sub) -> None:
     m = sub.add_parser("analyze", help="offline prefix-cache analysis of a trace: sharing, reuse, hit-rate curves")
     m.add_argument("trace", help="a Mooncake JSONL path, a public trace by name (kvlab traces list), or 'synthetic'")
     m.add_argument("--model", default=None, help="price capacities in this model's bytes per token")
-    m.add_argument("--block-tokens", type=_count("--block-tokens"), default=None,
+    m.add_argument("--block-tokens", type=_count("--block-tokens", 1), default=None,
                    help="tokens per hashed block (Mooncake: 512; for 'synthetic', the workload's block size)")
     m.add_argument("--kv-format", default=None, help="KV number format for the bytes per token")
     m.add_argument("--policy", action="append", choices=policy_names(), default=None,

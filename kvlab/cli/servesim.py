@@ -47,7 +47,8 @@ def _trace(args):
     from ..serving.study import trace_at
     workload = {k: v for k, v in (("sessions", args.sessions), ("human_pause_median_s", args.human_pause_s))
                 if v is not None}
-    return trace_at(args.trace, args.load, limit=args.limit, seed=args.seed, **workload)
+    return trace_at(args.trace, args.load, limit=args.limit, seed=args.seed, block_tokens=args.block_tokens,
+                    **workload)
 
 
 def _config(args, gpu, trace, tp: int, replicas: int = 1):
@@ -222,6 +223,9 @@ def _deployment_args(m, ENGINES, ROUTERS) -> None:
     from ..serving.study import MAX_SESSIONS
     from ..sim.policies import ADMISSIONS, ONLINE
     m.add_argument("trace", help="'synthetic', a path, or a public trace by name (kvlab traces list)")
+    m.add_argument("--block-tokens", type=_count("--block-tokens", 1), default=None,
+                   help="tokens per hashed block of a Mooncake trace's hash_ids, or of the synthetic workload "
+                        "(default 512)")
     m.add_argument("--model", required=True)
     add_gpu(m)
     m.add_argument("--engine", default="vllm", choices=list(ENGINES), help="allocation and memory rule (default vllm)")

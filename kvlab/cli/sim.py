@@ -40,7 +40,7 @@ def cmd_simulate(args) -> int:
     if args.hbm_gb * 1e9 > gpu.hbm_bytes:
         raise ParameterError(f"--hbm-gb {args.hbm_gb:g} is more than {gpu.name}'s memory ({gpu.memory_label()}); "
                              "give --gpu-memory to plan with more")
-    tr = load_cli_trace(args)
+    tr = load_cli_trace(args, block_tokens=args.block_tokens)
     tiers = make_tiers(args.model, args.hbm_gb, args.dram_gb, args.ssd_gb, gpu=gpu,
                        block_tokens=tr.block_tokens, ttl_s=args.ttl_s if args.ttl_s is not None else math.inf,
                        prefill_tokens_per_s=args.prefill_tps, kv_format=args.kv_format)
@@ -72,6 +72,9 @@ def register(sub) -> None:
     m = sub.add_parser("simulate", help="HBM / DRAM / SSD KV tiering on a request trace")
     m.add_argument("--trace", default="synthetic",
                    help="'synthetic', a path, or a public trace by name (kvlab traces list; e.g. mooncake-conversation)")
+    m.add_argument("--block-tokens", type=_count("--block-tokens", 1), default=None,
+                   help="tokens per hashed block of a Mooncake trace's hash_ids, or of the synthetic workload "
+                        "(default 512)")
     m.add_argument("--model", required=True)
     m.add_argument("--hbm-gb", type=_number("--hbm-gb"), required=True,
                    help="KV budget in HBM, GB (at most kvlab.sim.tiering.MAX_GB, 1e9)")

@@ -69,18 +69,23 @@ def synthetic_at(load: float, sessions: int, seed: int = 0, **workload) -> Trace
     return load_trace("synthetic", seed=seed, sessions=n, session_rate_per_s=rate * load, **workload)
 
 
-def trace_at(name, load: float = 1.0, *, limit: int | None = None, seed: int = 0, **workload) -> Trace:
+def trace_at(name, load: float = 1.0, *, limit: int | None = None, seed: int = 0, block_tokens: int | None = None,
+             **workload) -> Trace:
     """A trace by name at `load` x its offered load, built as notebook 09 builds it and `kvlab plan --load` does: the
     synthetic workload grows by users (synthetic_at; `workload` its knobs: sessions, human_pause_median_s, ...), a
-    recorded trace is replayed faster (scaled). `limit` keeps the first requests."""
+    recorded trace is replayed faster (scaled). `limit` keeps the first requests; `block_tokens` is a Mooncake
+    file's hashing block size (or the synthetic workload's), 512 when not given."""
     load = need_number("load", load, 0.0, lo_open=True)
     if str(name) == "synthetic":
         from ..sim.traces import AgentWorkload
+        if block_tokens is not None:
+            workload["block_tokens"] = block_tokens
         tr = synthetic_at(load, workload.pop("sessions", AgentWorkload.sessions), seed, **workload)
         return tr if limit is None else tr.head(need_int("limit", limit, 1))
     if workload:
         raise ParameterError(f"{sorted(workload)[0]} applies to the synthetic workload only, not to trace {name}")
-    return scaled(load_trace(name, limit=limit), load)
+    kw = {} if block_tokens is None else {"block_tokens": block_tokens}
+    return scaled(load_trace(name, limit=limit, **kw), load)
 
 
 class Study:

@@ -249,7 +249,8 @@ def read_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS, l
                 _bad(path, ln, "hash_ids", "must be a list of integers in [0, 2**63)")
             if len(h) != cdiv(n_in, block_tokens):
                 _bad(path, ln, "hash_ids", f"{len(h)} ids for {n_in} input tokens; expected "
-                     f"ceil({n_in} / {block_tokens}) = {cdiv(n_in, block_tokens)}")
+                     f"ceil({n_in} / {block_tokens}) = {cdiv(n_in, block_tokens)} (a trace hashed in blocks of "
+                     f"another size: give that size as block_tokens, --block-tokens in the CLI)")
             ts.append(t / 1000)
             inp.append(n_in)
             out.append(n_out)
@@ -380,6 +381,9 @@ def load_trace(name: str | Path, limit: int | None = None, seed: int = 0, **synt
         raise ParameterError(f"{sorted(synthetic)[0]!r} applies to the synthetic workload only, not to a trace file")
     p = trace_path(name)
     if p.suffix == ".csv":
+        if block_tokens is not None:
+            raise ParameterError(f"block_tokens ({block_tokens!r}) is the hashing block size of a Mooncake trace's "
+                                 f"hash_ids; {p.name} is an Azure CSV trace, which has none (leave it out)")
         return read_azure(p, limit)
     return read_mooncake(p, MOONCAKE_BLOCK_TOKENS if block_tokens is None else block_tokens, limit=limit)
 
