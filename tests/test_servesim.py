@@ -415,3 +415,21 @@ def test_trace_hashed_in_another_block_size(tmp_path, capsys, command):
         assert json.loads(out)["token_hit_rate"] == pytest.approx(128 / 350)
     else:
         assert json.loads(out)["token_hit_rate"] > 0
+
+
+@pytest.mark.parametrize("command", ["serve-sim", "plan"])
+def test_weight_gb_for_a_model_without_an_estimate(capsys, command):
+    """A model kvlab has no weight estimate for (gemma-3-27b's config, no parameter count on file) is refused in
+    one line naming --weight-gb, and runs with it; the weights given size the pool (more weights, fewer blocks)."""
+    base = [command, "synthetic", "--model", "gemma-3-27b", "--gpu", "H200", "--limit", "40", "--json",
+            "--step-time", "roofline"] + (["--slo", "ttft_p99=30"] if command == "plan" else [])
+    rc, _, err = run_cli(capsys, *base)
+    assert rc == 2 and "--weight-gb" in err and len(err.strip().splitlines()) == 1
+    rc, out, err = run_cli(capsys, *base, "--weight-gb", "54.9")
+    assert rc in (0, 1), err
+    if command == "serve-sim":
+        d = json.loads(out)
+        assert d["completed"] == 40
+        tr = load_trace("synthetic", limit=40)
+        small, big = (deployment_config("gemma-3-27b", "H200", tr, weights=int(g * 1e9)) for g in (54.9, 80.0))
+        assert small.pool_tokens > big.pool_tokens > 0

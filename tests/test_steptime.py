@@ -136,6 +136,24 @@ def test_roofline_moe_reads_the_experts_it_touches():
     assert w[0] < 0.1 * r.weight_bytes  # one token: shared parts + 8 of 256 routed experts
 
 
+@pytest.mark.parametrize("model", ["gpt-oss-20b", "gpt-oss-120b", "deepseek-v3", "qwen3-next-80b-a3b", "jamba-v0.1",
+                                   "qwen3-8b", "gemma-3-27b"])
+@pytest.mark.parametrize("gb", [2.0, 13.8, 60.0, 2000.0])
+def test_roofline_given_weights_are_split_not_overdrawn(model, gb):
+    """Weights given (--weight-gb) for any model, the catalog's estimate or not: each step reads between the
+    shared part and all of them, computes positive FLOPs, and costs at least the overhead; weights smaller than the
+    config's routed experts at its bits are all taken as experts, and the note says so."""
+    r = Roofline(model, "H200", "vllm", weights=int(gb * 1e9))
+    w = [r.weight_read_bytes(n) for n in (1, 8, 64, 4096)]
+    assert 0 < w[0] and w == sorted(w) and w[-1] <= r.weight_bytes * (1 + 1e-12)
+    assert 0 < r.active_params() <= r.params
+    t = r.time(Step(prefill=(Chunk(512, cached=1024),), decode=(4096,) * 4))
+    assert t.ms >= r.overhead_ms and t.parts["flops"] > 0 and t.parts["weight_bytes"] > 0
+    assert ("taken as routed experts" in t.note) == (r.experts > 0 and r.routed_bytes == r.weight_bytes)
+    if not r.experts:  # a dense model's parameters at its dtype's bytes
+        assert r.params == pytest.approx(int(gb * 1e9) / 2)
+
+
 @pytest.mark.parametrize("model", ["deepseek-v4.1-flash", "deepseek-v4-flash", "qwen3-next-80b-a3b", "jamba-v0.1"])
 def test_roofline_covers_what_aiconfigurator_lacks(model):
     t = roof(model).time(Step(prefill=(Chunk(1024, cached=8192),), decode=(65536,) * 8))

@@ -33,7 +33,8 @@ def _pricer(args, gpu):
         raise ParameterError(f"give all four affine coefficients ({', '.join(missing)} missing), or none for the "
                              "fit to aiconfigurator's Qwen3-8B / H200 figures")
     coef = tuple(getattr(args, k) * unit for k, _, unit in AFFINE) if given else None
-    build = lambda tp: src.build(stepsources.Deployment(args.model, gpu, args.engine, tp, args.kv_format, coef))  # noqa: E731
+    build = lambda tp: src.build(stepsources.Deployment(args.model, gpu, args.engine, tp, args.kv_format, coef,  # noqa: E731
+                                                        _weights(args)))
     if not src.per_tp:  # one model for every TP: built once, up front (bad coefficients refused before any run)
         one = build(1)
         return lambda tp: one
@@ -51,6 +52,11 @@ def _trace(args):
                     **workload)
 
 
+def _weights(args) -> int | None:
+    """--weight-gb in bytes (None: kvlab's estimate)."""
+    return None if args.weight_gb is None else int(args.weight_gb * 1e9)
+
+
 def _config(args, gpu, trace, tp: int, replicas: int = 1):
     from ..serving.simulator import deployment_config
     sched = dict(router=args.router, max_num_batched_tokens=args.max_num_batched_tokens,
@@ -64,7 +70,8 @@ def _config(args, gpu, trace, tp: int, replicas: int = 1):
     return deployment_config(args.model, gpu, trace, engine=args.engine, tp=tp, pp=args.pp, replicas=replicas,
                              kv_format=args.kv_format, dram_gb=args.dram_gb, ssd_gb=args.ssd_gb,
                              ttl_s=math.inf if args.ttl_s is None else args.ttl_s, block_size=args.block_size,
-                             num_blocks=args.num_blocks, pool_tokens=args.pool_tokens, **sched)
+                             num_blocks=args.num_blocks, pool_tokens=args.pool_tokens, weights=_weights(args),
+                             **sched)
 
 
 def _context(args, gpu, trace) -> dict:
@@ -227,6 +234,9 @@ def _deployment_args(m, ENGINES, ROUTERS) -> None:
                    help="tokens per hashed block of a Mooncake trace's hash_ids, or of the synthetic workload "
                         "(default 512)")
     m.add_argument("--model", required=True)
+    m.add_argument("--weight-gb", type=_number("--weight-gb", 0, 1e6, lo_open=True), default=None,
+                   help="whole-model weight GB, instead of kvlab's estimate (data/weights.json; a model it has none "
+                        "for, e.g. a config of your own, needs this)")
     add_gpu(m)
     m.add_argument("--engine", default="vllm", choices=list(ENGINES), help="allocation and memory rule (default vllm)")
     m.add_argument("--pp", type=_count("--pp", 1, 1 << 20), default=1, help="pipeline stages per replica")

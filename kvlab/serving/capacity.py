@@ -62,7 +62,7 @@ def _expert_params(c: dict) -> int:
     return (c["num_hidden_layers"] - dense) * experts * 3 * c["hidden_size"] * c["moe_intermediate_size"]
 
 
-def _bits(quant: dict | None, dtype: str, expert: bool) -> float:
+def param_bits(quant: dict | None, dtype: str, expert: bool) -> float:
     """Bits per parameter from a config's quantization_config (block scales of 1 B included) or dtype."""
     if quant:
         block = quant.get("weight_block_size") or [1, 1]
@@ -88,12 +88,12 @@ def weight_bytes(model: str | ModelSpec) -> WeightEstimate:
     params = float(entry["params"])
     if c.get("n_routed_experts") and c.get("moe_intermediate_size"):
         ep = min(_expert_params(c), params)
-        eb, ob = _bits(quant, spec.torch_dtype, True), _bits(quant, spec.torch_dtype, False)
+        eb, ob = param_bits(quant, spec.torch_dtype, True), param_bits(quant, spec.torch_dtype, False)
         nbytes = int(ep * eb / 8 + (params - ep) * ob / 8)
         note = (f"{ep / 1e9:.1f}B expert parameters (from config) at {eb:g} bits, the other "
                 f"{(params - ep) / 1e9:.1f}B at {ob:g} bits; total from: {entry['source']}")
     else:
-        b = _bits(quant, spec.torch_dtype, False)
+        b = param_bits(quant, spec.torch_dtype, False)
         nbytes = int(params * b / 8)
         note = f"{params / 1e9:.2f}B parameters at {b:g} bits ({spec.torch_dtype}); from: {entry['source']}"
     return WeightEstimate(spec.name, params, nbytes, note)
@@ -107,7 +107,7 @@ def replicated_attention_bytes(spec: ModelSpec) -> int | None:
     if params is None:
         return None
     quant = spec.config.get("quantization_config")
-    return cdiv(int(params * _bits(quant if isinstance(quant, dict) else None, spec.torch_dtype, False)), 8)
+    return cdiv(int(params * param_bits(quant if isinstance(quant, dict) else None, spec.torch_dtype, False)), 8)
 
 
 # --- one session -------------------------------------------------------------------------------

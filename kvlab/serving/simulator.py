@@ -363,33 +363,35 @@ def empty_requests(trace: Trace) -> np.ndarray:
 
 
 def replica_capacity(model, gpu, par, engine: str | None, kv_format=None, utilization: float = 0.9,
-                     activation_gb: float = 4.0):
+                     activation_gb: float = 4.0, weights: int | None = None):
     """(kvlab.serving.capacity.plan for one replica, the engine whose rule it used, a note): a model the engine
     has no published layout for is counted as it stores it, under vLLM's memory rule, and the note says so. Refuses
-    a deployment whose weights leave no KV memory (a ParameterError naming it)."""
+    a deployment whose weights leave no KV memory (a ParameterError naming it). `weights`: whole-model weight bytes
+    (None: kvlab's estimate, data/weights.json)."""
     from .capacity import plan
+    kw = dict(parallel=par, kv_format=kv_format, utilization=utilization, activation_gb=activation_gb,
+              weights=weights)
     try:
-        return plan(model, gpu, 1, parallel=par, engine=engine, kv_format=kv_format, utilization=utilization,
-                    activation_gb=activation_gb), engine, ""
+        return plan(model, gpu, 1, engine=engine, **kw), engine, ""
     except NoEngineLayout as e:
         if engine is None:
             raise
         note = f"KV pool counted as the model stores it, under vLLM's memory rule ({str(e).split(';')[0]})"
-        return plan(model, gpu, 1, parallel=par, engine=None, kv_format=kv_format, utilization=utilization,
-                    activation_gb=activation_gb), None, note
+        return plan(model, gpu, 1, engine=None, **kw), None, note
 
 
 def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", tp: int = 1, pp: int = 1,
                       replicas: int = 1, kv_format=None, hbm_gb: float | None = None, dram_gb: float = 0.0,
                       ssd_gb: float = 0.0, ttl_s: float = math.inf, utilization: float = 0.9,
                       activation_gb: float = 4.0, block_size: int | None = None, num_blocks: int | None = None,
-                      pool_tokens: int | None = None, **scheduler) -> ServeConfig:
+                      pool_tokens: int | None = None, weights: int | None = None, **scheduler) -> ServeConfig:
     """A ServeConfig for `replicas` copies of `model` on `gpu` under TP x PP: the KV pool of one replica is
     kvlab.serving.capacity.plan's usable KV bytes over its per-GPU bytes per token (the engine's paging and memory
     rule); its free-but-hashed blocks are the HBM prefix cache (vLLM's), with `dram_gb` / `ssd_gb` of host tiers
     behind it (kvlab.serving.hosttiers), in trace blocks, at the GPU's bandwidths (kvlab.sim.tiering.make_tiers).
-    `hbm_gb` is refused: the pool is the HBM tier (size it with num_blocks or pool_tokens). `scheduler`: other
-    ServeConfig fields.
+    `hbm_gb` is refused: the pool is the HBM tier (size it with num_blocks or pool_tokens). `weights`: whole-model
+    weight bytes (None: kvlab's estimate; a model it has none for needs them). `scheduler`: other ServeConfig
+    fields.
     A model the engine has no published layout for (V4.1-Flash under vLLM) is counted as the model stores it,
     under vLLM's memory rule, and `layout_note` says so (as the roofline's step times do)."""
     from ..hardware import get_gpu
@@ -400,7 +402,7 @@ def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", 
                              "size the pool with num_blocks or pool_tokens (--num-blocks, --pool-tokens)")
     par = Parallelism(tp=need_int("tp", tp, 1), pp=need_int("pp", pp, 1))
     target = Target.of(model, gpu, engine, tp, pp, kv_format)
-    cap, engine, note = replica_capacity(model, gpu, par, engine, kv_format, utilization, activation_gb)
+    cap, engine, note = replica_capacity(model, gpu, par, engine, kv_format, utilization, activation_gb, weights)
     per_token = float(cap.session.bytes_per_token)
     pool = int(cap.usable_kv_bytes // per_token) if per_token > 0 else 1
     if pool < 1:

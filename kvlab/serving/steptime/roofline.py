@@ -32,7 +32,7 @@ from ...errors import KvlabError, ParameterError
 from ...layout import Shard
 from ...models import load_model
 from ...sim.kernels import ENABLED
-from ..capacity import weight_bytes
+from ..capacity import param_bits, weight_bytes
 from ...hardware import get_gpu
 from .base import Step, StepTime, StepTimeSource
 
@@ -128,8 +128,23 @@ class Roofline(StepTimeSource):
             self.layout_note = f"; KV counted as the model stores it ({str(e).split(';')[0]})"
         w = weight_bytes(self.spec) if weights is None else None
         self.weight_bytes = w.nbytes if w else int(weights)  # whole-model weight bytes
-        self.params = w.params if w else self.weight_bytes / 2  # total parameters (weights given: 2 B each)
-        self.experts, self.top_k, self.routed_params = moe_shape(self.spec)
+        self.experts, self.top_k, self.routed_params = moe_shape(self.spec)  # routed experts from the config
+        self.weights_note = ""  # how given weights were split into parameters
+        if w:
+            self.params = w.params  # total parameters (data/weights.json)
+            self.routed_bytes = self.routed_params * (self.weight_bytes / self.params)  # bytes of routed experts
+        else:  # given weights: parameters at the config's bits (capacity.param_bits), routed experts counted first
+            quant = self.spec.config.get("quantization_config")
+            quant = quant if isinstance(quant, dict) else None
+            eb, ob = param_bits(quant, self.spec.torch_dtype, True), param_bits(quant, self.spec.torch_dtype, False)
+            self.routed_bytes = self.routed_params * eb / 8
+            if self.routed_bytes > self.weight_bytes:  # the config's experts at its bits exceed the weights given
+                self.weights_note = (f"; the {self.weight_bytes / 1e9:g} GB of weights given hold less than the "
+                                     f"config's {self.routed_params / 1e9:.1f}B routed expert parameters at {eb:g} "
+                                     "bits: all of them taken as routed experts")
+                self.routed_bytes = float(self.weight_bytes)
+                self.routed_params = self.routed_bytes * 8 / eb
+            self.params = self.routed_params + (self.weight_bytes - self.routed_bytes) * 8 / ob
         quant = self.spec.config.get("quantization_config") or {}
         self.dtype = "fp8" if isinstance(quant, dict) and quant.get("quant_method") == "fp8" else "bf16"
         self.peak = self.gpu.flops_per_s(self.dtype)  # FLOP/s
@@ -152,16 +167,15 @@ class Roofline(StepTimeSource):
                 f"{self.gpu.hbm_tb_s:g} TB/s and {self.compute_efficiency:g} of {self.peak / 1e12:g} {self.dtype} "
                 f"TFLOPS + {self.overhead_ms:g} ms a step, constants fitted to aiconfigurator 0.12.0's Qwen3-8B / "
                 "H200 / vLLM figures" + ("; TP communication not modelled (13-32% low at TP 4)" if self.tp > 1 else "")
-                + ("; MoE: a lower bound" if self.experts else ""))
+                + ("; MoE: a lower bound" if self.experts else "") + self.weights_note)
 
     # --- counts -------------------------------------------------------------------------------------------------
     def weight_read_bytes(self, tokens: int) -> float:
         """Weight bytes this GPU reads in a step computing `tokens` tokens."""
-        per_param = self.weight_bytes / self.params
         if not self.experts:
             return self.weight_bytes / self.tp
         touched = 1 - (1 - self.top_k / self.experts) ** tokens
-        routed = self.routed_params * per_param
+        routed = self.routed_bytes
         return ((self.weight_bytes - routed) + routed * touched) / self.tp
 
     def kv_read_bytes(self, step: Step) -> int:
@@ -292,7 +306,8 @@ class Roofline(StepTimeSource):
                      peak_tflops=self.peak / 1e12, hbm_tb_s=self.gpu.hbm_tb_s)
         note = (f"estimate: {self.spec.name} on {self.gpu.name}, {self.engine}, TP {self.tp}, KV "
                 f"{self.kv_format or 'default'}{self.layout_note}; roofline at {self.memory_efficiency:g} of {self.gpu.hbm_tb_s:g} TB/s "
-                f"and {self.compute_efficiency:g} of {self.peak / 1e12:g} {self.dtype} TFLOPS + {self.overhead_ms:g} ms")
+                f"and {self.compute_efficiency:g} of {self.peak / 1e12:g} {self.dtype} TFLOPS + {self.overhead_ms:g} ms"
+                f"{self.weights_note}")
         parts["calibration"] = CALIBRATION
         if self.why_not_aiconfigurator:
             parts["why_not_aiconfigurator"] = self.why_not_aiconfigurator
