@@ -433,3 +433,23 @@ def test_weight_gb_for_a_model_without_an_estimate(capsys, command):
         tr = load_trace("synthetic", limit=40)
         small, big = (deployment_config("gemma-3-27b", "H200", tr, weights=int(g * 1e9)) for g in (54.9, 80.0))
         assert small.pool_tokens > big.pool_tokens > 0
+
+
+def test_window_only_model_refused_and_hybrid_pool_says_what_it_leaves_out(tmp_path, capsys):
+    """A config whose every layer slides over a window (Mistral-7B-v0.1's layout) has no growing KV for the
+    scheduler to page: one line, exit 2 (it divided by zero before). A hybrid (gemma-3-27b: sliding and full layers)
+    runs, its note saying the windows are outside the pool; a full-attention model has no such note."""
+    cfg = {"architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096,
+           "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "head_dim": 128, "sliding_window": 4096, "max_position_embeddings": 32768, "vocab_size": 32000,
+           "torch_dtype": "bfloat16"}
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    rc, out, err = run_cli(capsys, "serve-sim", "synthetic", "--model", str(f), "--gpu", "H100", "--weight-gb", "14.5",
+                           "--limit", "20")
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "no KV grows with the context" in err and "kvlab sessions" in err
+    tr = load_trace("synthetic", limit=20)
+    hybrid = deployment_config("gemma-3-27b", "H200", tr, weights=int(54.9e9))
+    assert "sliding windows and fixed states is left out of it" in hybrid.layout_note
+    assert "left out" not in deployment_config(MODEL, "H100", tr).layout_note

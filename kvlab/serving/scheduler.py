@@ -454,6 +454,9 @@ LEFT_OUT = (
     "kvlab's host tiers take the pool's evictions (one copy per block) and load in the admitting step",
     "watermark (vLLM's default 0), prefill cadence, pipeline parallelism's several batches in flight",
     "a request that could never fit the pool is refused at arrival (vLLM would preempt it forever)",
+    "hybrid models' KV cache groups: the pool pages full-attention KV only; sliding-window layers' and SSM states' "
+    "blocks (vLLM's SlidingWindowManager, MambaManager) are not held, and a model with no full-attention layer "
+    "is refused",
 )
 
 

@@ -380,6 +380,9 @@ def replica_capacity(model, gpu, par, engine: str | None, kv_format=None, utiliz
         return plan(model, gpu, 1, engine=None, **kw), None, note
 
 
+BOUNDED_PROBE_TOKENS = 1 << 20  # a context past every window: the bounded state a request can hold at most
+
+
 def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", tp: int = 1, pp: int = 1,
                       replicas: int = 1, kv_format=None, hbm_gb: float | None = None, dram_gb: float = 0.0,
                       ssd_gb: float = 0.0, ttl_s: float = math.inf, utilization: float = 0.9,
@@ -404,11 +407,24 @@ def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", 
     target = Target.of(model, gpu, engine, tp, pp, kv_format)
     cap, engine, note = replica_capacity(model, gpu, par, engine, kv_format, utilization, activation_gb, weights)
     per_token = float(cap.session.bytes_per_token)
-    pool = int(cap.usable_kv_bytes // per_token) if per_token > 0 else 1
+    from ..engines import allocate
+    alloc = allocate(model, kv_format=kv_format, engine=engine)
+    bounded = alloc.session(BOUNDED_PROBE_TOKENS).bounded  # B a long request holds in windows and fixed states
+    if per_token <= 0:
+        raise ParameterError(f"{cap.model}: no KV grows with the context (every layer holds a window or a fixed "
+                             f"state, {bounded:,} B a request); serve-sim's scheduler pages growing KV in blocks "
+                             "(vLLM's full-attention manager), and vLLM's sliding-window and state managers are not "
+                             "modelled: use `kvlab sessions` for this model's capacity")
+    whole = float(alloc.bytes_per_token)  # whole-model growing bytes per token (per_token: one GPU's share)
+    if bounded >= whole * (alloc.engine.block_tokens or 16):  # windows or states (not a format's few scales)
+        note = "; ".join(n for n in (note, (
+            f"the pool pages growing KV ({whole:,.0f} B a token, whole model); the up to {bounded:,} B a request holds in "
+            "sliding windows and fixed states is left out of it (vLLM's sliding-window and state groups are not "
+            "modelled), so the pool is overstated by that much for each request running")) if n)
+    pool = int(cap.usable_kv_bytes // per_token)
     if pool < 1:
         raise ParameterError(f"{cap.model} on {cap.gpu.name}: the KV pool holds no token")
-    from ..engines import allocate
-    page = allocate(model, kv_format=kv_format, engine=engine).engine.block_tokens or 16  # exact storage: vLLM's 16
+    page = alloc.engine.block_tokens or 16  # exact storage: vLLM's 16
     if block_size is not None:
         page = need_int("block_size", block_size, 1)
     if num_blocks is not None and pool_tokens is not None:
