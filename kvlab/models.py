@@ -145,8 +145,11 @@ def _layer_list_given(c: dict) -> bool:
 
 # --- config field readers, for spec_from_config and every family's parser (each failure names the field) -----------
 def cfg_int(cfg: dict, key: str, name: str, default=None, required=True, minimum=1, maximum=MAX_DIM):
-    """An integer field in [minimum, maximum] (None when absent and not required)."""
-    v = cfg.get(key, default)
+    """An integer field in [minimum, maximum] (None when absent and not required). A JSON null reads as absent,
+    as transformers' configs read it (num_key_value_heads: null is multi-head attention, head_dim: null derived)."""
+    v = cfg.get(key)
+    if v is None:
+        v = default
     if v is None:
         if required:
             raise ConfigError(f"{name}: config is missing {key!r}")

@@ -55,6 +55,18 @@ def test_transformers_save_pretrained(tmp_path):
     assert build_layout(str(tmp_path)).bytes_per_token == 147456
 
 
+def test_null_fields_read_as_absent(tmp_path):
+    """transformers writes None as null (a LlamaConfig with num_key_value_heads=None is multi-head attention, a
+    head_dim of None is hidden_size / heads): a null field reads as the absent one, not as a missing required one."""
+    base = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32}
+    sizes = []
+    for extra in ({}, {"num_key_value_heads": None, "head_dim": None}, {"num_key_value_heads": 32, "head_dim": 128}):
+        p = tmp_path / f"{len(sizes)}.json"
+        p.write_text(json.dumps({**base, **extra}))
+        sizes.append(build_layout(str(p)).bytes_per_token)
+    assert sizes == [32 * 2 * 32 * 128 * 2] * 3
+
+
 @pytest.mark.parametrize("cfg,msg", [
     ({"model_type": "mystery", "num_hidden_layers": 4}, "unknown architecture"),
     ({"num_attention_heads": 8, "hidden_size": 64}, "missing 'num_hidden_layers'"),
