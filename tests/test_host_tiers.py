@@ -103,6 +103,27 @@ def test_dram_tier_raises_hits_and_holds_the_pools_evictions(monkeypatch):
     assert tiered.steps <= without.steps
 
 
+@pytest.mark.parametrize("caps", [(0, 100_000, 0), (0, 40, 0), (0, 30, 60)])
+def test_admission_looks_past_the_pool_hit_only_where_nothing_reads_history(monkeypatch, caps):
+    """Without an admission count or a TTL, an admission looks only at the keys past its pool hit (a key the pool
+    holds has no host copy): the same run, tier for tier, as the path that visits every key (forced here by a TTL
+    too long to expire anything), and no pool-hit key is ever found in a host tier."""
+    tr = shared_prefix_trace()
+    base = dict(num_blocks=300, page_tokens=16, max_num_seqs=8, closed_loop=False, block_bytes=16 * 1000,
+                cache_blocks=caps)
+    orig = HostTiers.admit
+
+    def spy(self, keys, start, run):
+        assert not any(map(self.stack.where.__contains__, keys[:start].tolist())), "a pool hit in a host tier"
+        return orig(self, keys, start, run)
+    monkeypatch.setattr(HostTiers, "admit", spy)
+    fast = simulate_serving(tr, ServeConfig(**base), unit_steps())
+    full = simulate_serving(tr, ServeConfig(**base, ttl_s=1e15), unit_steps())
+    assert fast.hit_blocks.tolist() == full.hit_blocks.tolist() and fast.hit_blocks[1] > 0
+    assert fast.moved_bytes == full.moved_bytes and fast.steps == full.steps
+    assert np.array_equal(fast.ttft_s, full.ttft_s) and np.array_equal(fast.prefix_hit_tokens, full.prefix_hit_tokens)
+
+
 def one_block_trace(n=600, keys=150, seed=1, gap=10.0):
     """Requests of one full 16-token block (drawn from `keys` with a Zipf-like skew) plus one token of their own,
     one output token, `gap` seconds apart: one request at a time, so the pool's hashed blocks are an LRU cache of

@@ -28,6 +28,8 @@ from __future__ import annotations
 from itertools import compress
 from operator import not_
 
+import numpy as np
+
 from ..sim.tierstack import TierStack
 
 
@@ -58,24 +60,34 @@ class HostTiers:
         return n
 
     def admit(self, keys, start: int, run: int) -> list[int]:
-        """A request admitted: each of its prompt block `keys` accessed once, in order; keys[start:start + run]
-        were found in host tiers (`run`) and are loaded. Returns [blocks loaded from DRAM, from SSD]."""
+        """A request admitted: each of its prompt block `keys` ([K] ints or an int64 array) accessed once, in
+        order; keys[:start] hit in the pool, keys[start:start + run] were found in host tiers (`run`) and are loaded.
+        Returns [blocks loaded from DRAM, from SSD]. A key the pool holds has no host copy (the pool's hash drops
+        it, `hashed`), so without per-block history to keep only keys[start:] are looked up."""
         st = self.stack
+        history = st.counting or st.dating
+        if not history:
+            keys = keys[start:]
+            run_at = 0  # where the loaded run starts in `keys`
+        else:
+            run_at = start
+        keys = keys.tolist() if isinstance(keys, np.ndarray) else list(keys)
         got = [0, 0]
         take, now = st.take, self.now
-        if len(set(keys)) < len(keys):  # a key twice (a trace may repeat a block id): one access at a time
-            held = [True] * len(keys)
+        if history and len(set(keys)) < len(keys):  # a key twice (a trace may repeat a block id): one access at
+            held = [True] * len(keys)  # a time, each counted
         else:
             held = list(map(st.where.__contains__, keys))  # in DRAM / SSD: taken out one by one, in order
         if True in held:
             for i in compress(range(len(keys)), held):
                 t = take(keys[i], now)
-                if start <= i < start + run:
+                if run_at <= i < run_at + run and t < 3:  # (t == 3: a key repeated in the run, taken already)
                     got[t - 1] += 1
                     key = "dram->hbm" if t == 1 else "ssd->hbm"
                     st.moved[key] = st.moved.get(key, 0) + st.block_bytes
             keys = list(compress(keys, map(not_, held)))
-        st.take_absent(keys, now)  # the rest are in no host tier
+        if history:
+            st.take_absent(keys, now)  # the rest are in no host tier
         return got
 
     def evicted(self, keys) -> None:

@@ -163,7 +163,7 @@ class VllmScheduler:
             return False
         host = self.host
         if admit and host is not None:
-            self.loaded = host.admit(_ints(r.keys), len(hit), ext)
+            self.loaded = host.admit(r.keys, len(hit), ext)
         known = r.cached_upto  # leading blocks of r hashed already
         if len(hit):
             self.pool.touch(hit)
