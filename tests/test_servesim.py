@@ -453,3 +453,22 @@ def test_window_only_model_refused_and_hybrid_pool_says_what_it_leaves_out(tmp_p
     hybrid = deployment_config("gemma-3-27b", "H200", tr, weights=int(54.9e9))
     assert "sliding windows and fixed states is left out of it" in hybrid.layout_note
     assert "left out" not in deployment_config(MODEL, "H100", tr).layout_note
+
+
+def test_the_pool_says_how_it_was_budgeted(capsys):
+    """No silent default behind the pool: the memory rule with its numbers and where the weights came from (the
+    estimate's source, or given), or that the pool was given; plan gives it per TP searched."""
+    base = ["serve-sim", "synthetic", "--model", MODEL, "--gpu", "H100", "--limit", "20", "--json"]
+    notes = {}
+    for label, extra in (("estimate", []), ("given", ["--weight-gb", "30"]), ("pool", ["--num-blocks", "400"])):
+        rc, out, err = run_cli(capsys, *base, *extra)
+        assert rc == 0, err
+        notes[label] = json.loads(out)["pool_note"]
+    assert "vllm's rule" in notes["estimate"] and "weights estimated" in notes["estimate"] and "model card" in notes[
+        "estimate"]
+    assert "30,000,000,000 B weights" in notes["given"] and notes["given"].endswith("weights given")
+    assert notes["pool"].startswith("KV pool given")
+    rc, out, err = run_cli(capsys, "plan", "synthetic", "--model", MODEL, "--gpu", "H100", "--limit", "20", "--json",
+                           "--slo", "ttft_p99=30", "--no-steady")
+    assert rc == 0, err
+    assert "vllm's rule" in json.loads(out)["pool_notes"]["TP1"]

@@ -11,6 +11,7 @@ import json
 import math
 
 from .args import add_gpu, count as _count, gpu_of, number as _number
+from .serving import bytes_readable
 
 AFFINE = (("overhead_ms", "--overhead-ms", 1e-3), ("prefill_token_us", "--prefill-token-us", 1e-6),
           ("decode_request_us", "--decode-request-us", 1e-6), ("context_token_ns", "--context-token-ns", 1e-9))
@@ -117,7 +118,7 @@ def cmd_serve_sim(args) -> int:
     s = r.summary()
     out = {**_context(args, gpu, tr), "tp": tp, "replicas": args.replicas, "pool_tokens": cfg.pool_tokens,
            "scheduler": "vllm", "num_blocks": scheduler_blocks(cfg), "block_size": cfg.page_tokens,
-           "layout_note": cfg.layout_note or None,
+           "layout_note": cfg.layout_note or None, "pool_note": cfg.pool_note or None,
            "cache_blocks": None if cfg.cache_blocks is None else dict(zip(("hbm", "dram", "ssd"), cfg.cache_blocks)),
            **s}
     if args.explain:
@@ -132,6 +133,8 @@ def cmd_serve_sim(args) -> int:
           "vLLM 0.33 scheduler" + ("" if cfg.cache_blocks is None or not any(cfg.cache_blocks[1:]) else
                                    f", host tiers {cfg.cache_blocks[1]:,} / {cfg.cache_blocks[2]:,} trace blocks "
                                    f"(DRAM / SSD, {cfg.policy}, admission {cfg.admission})"))
+    if cfg.pool_note:
+        print(f"  {bytes_readable(cfg.pool_note)}")
     if cfg.layout_note:
         print(f"  {cfg.layout_note}")
     print(f"  completed {out['completed']:,}, rejected {out['rejected']:,}, preemptions {out['preemptions']:,}")
@@ -165,16 +168,17 @@ def cmd_plan(args) -> int:
     slo = parse_slo(args.slo)
     gpu = gpu_of(args)
     tr = _trace(args)
-    price, notes = _pricer(args, gpu), {}
+    price, notes, pools = _pricer(args, gpu), {}, {}
 
     def configure(tp: int):
         cfg = _config(args, gpu, tr, tp)
         if cfg.layout_note:
             notes[cfg.layout_note] = None
+        pools[f"TP{tp}"] = cfg.pool_note or None
         return cfg
     s = search(tr, slo, configure, price, _tps(args), args.pp, max_replicas=args.max_replicas)
     p = s.best
-    out = {**_context(args, gpu, tr), **s.to_dict(), "layout_note": "; ".join(notes) or None}
+    out = {**_context(args, gpu, tr), **s.to_dict(), "layout_note": "; ".join(notes) or None, "pool_notes": pools}
     first = s.candidates[0]
     out.setdefault("step_time", first.step_time)
     if p is not None and not args.no_steady:  # aiconfigurator's steady-state answer beside the simulated one
@@ -204,6 +208,9 @@ def cmd_plan(args) -> int:
         print(f"    TP{c.tp}: " + (got or f"not met ({c.why_not}); best reached {c.reached_line()}"))
     for tp, why in s.skipped.items():
         print(f"    TP{tp}: not searched: {why}")
+    for tp, pool in pools.items():
+        if pool:
+            print(f"  {tp}: {bytes_readable(pool)}")
     if out["layout_note"]:
         print(f"  {out['layout_note']}")
     print("\n".join(_tail_lines(out, (p or first).step_time)))

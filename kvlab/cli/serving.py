@@ -9,7 +9,7 @@ from .args import (add_engine, add_formats, add_gpu, add_parallel, add_scheme, c
                    number as _number)
 
 
-def _units(text: str) -> str:
+def bytes_readable(text: str) -> str:
     """Every 'N,NNN B' of a rule written with exact bytes, in GB / MB for a reader (exact integers stay in --json)."""
     from ..explain import fmt_size
     return re.sub(r"\b(\d{1,3}(?:,\d{3})+|\d+) B\b", lambda m: fmt_size(int(m[1].replace(",", ""))), text)
@@ -100,7 +100,7 @@ def cmd_sessions(args) -> int:
     share = " (the busiest GPU's share)" if cap.parallel.sessions_spread and cap.gpus > 1 else ""
     print(f"  session{share}: {fmt_size(s.growing_bytes)} growing - {fmt_size(s.prefix_hit_bytes)} prefix hits "
           f"+ {fmt_size(s.replay_bytes)} expected replay + {fmt_size(s.bounded_bytes)} bounded = {fmt_size(s.total)}")
-    print(f"  usable KV per GPU ({cap.budget.engine}'s rule): {_units(cap.budget.rule)}")
+    print(f"  usable KV per GPU ({cap.budget.engine}'s rule): {bytes_readable(cap.budget.rule)}")
     print(f"  sessions per GPU, held while decoding: {cap.sessions_per_gpu:,} ({cap.sessions_without_replay:,} "
           f"without the replay penalty); per deployment of {cap.gpus} GPU(s): {cap.sessions_per_deployment:,}")
     if cap.sessions_per_deployment == 0:

@@ -58,6 +58,7 @@ class ServeConfig:
     gpus_per_replica: int = 1  # GPUs of one replica (TP x PP), for GPU-seconds
     closed_loop: bool | None = None  # sessions wait for their previous turn; None: when the trace has sessions
     layout_note: str = ""  # how the KV pool was counted, when not by the engine's own layout (deployment_config)
+    pool_note: str = ""  # the memory rule that budgeted the pool and where the weights came from (deployment_config)
     target: Target | None = None  # the deployment deployment_config sized (None: a bare configuration)
     num_blocks: int | None = None  # KV pool blocks per replica, vLLM's null block included (None: pool_tokens / page)
     prefix_caching: bool = True  # vLLM's enable_prefix_caching (needs a trace with prefix information)
@@ -422,6 +423,12 @@ def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", 
             "sliding windows and fixed states is left out of it (vLLM's sliding-window and state groups are not "
             "modelled), so the pool is overstated by that much for each request running")) if n)
     pool = int(cap.usable_kv_bytes // per_token)
+    if num_blocks is None and pool_tokens is None and cap.budget is not None:
+        from .capacity import weight_bytes
+        pool_note = (f"KV pool per GPU ({cap.budget.engine}'s rule): {cap.budget.rule}; weights "
+                     + ("given" if weights is not None else f"estimated, {weight_bytes(model).note}"))
+    else:
+        pool_note = "KV pool given (num_blocks / pool_tokens)" if num_blocks or pool_tokens else ""
     if pool < 1:
         raise ParameterError(f"{cap.model} on {cap.gpu.name}: the KV pool holds no token")
     page = alloc.engine.block_tokens or 16  # exact storage: vLLM's 16
@@ -444,4 +451,5 @@ def deployment_config(model, gpu, trace: Trace, *, engine: str | None = "vllm", 
                        num_blocks=num_blocks,
                        cache_blocks=tiers.capacity_blocks if trace.has_prefixes else None,
                        block_bytes=tiers.block_bytes, read_bytes_per_s=tiers.read_bytes_per_s, ttl_s=ttl_s,
-                       gpus_per_replica=par.gpus, layout_note=note, target=target, **scheduler)
+                       gpus_per_replica=par.gpus, layout_note=note, pool_note=pool_note, target=target,
+                       **scheduler)
