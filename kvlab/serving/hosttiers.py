@@ -65,7 +65,7 @@ class HostTiers:
         Returns [blocks loaded from DRAM, from SSD]. A key the pool holds has no host copy (the pool's hash drops
         it, `hashed`), so without per-block history to keep only keys[start:] are looked up."""
         st = self.stack
-        history = st.counting or st.dating
+        history = st.history
         if not history:
             keys = keys[start:]
             run_at = 0  # where the loaded run starts in `keys`
@@ -83,8 +83,7 @@ class HostTiers:
                 t = take(keys[i], now)
                 if run_at <= i < run_at + run and t < 3:  # (t == 3: a key repeated in the run, taken already)
                     got[t - 1] += 1
-                    key = "dram->hbm" if t == 1 else "ssd->hbm"
-                    st.moved[key] = st.moved.get(key, 0) + st.block_bytes
+                    st.move(t, 0)
             keys = list(compress(keys, map(not_, held)))
         if history:
             st.take_absent(keys, now)  # the rest are in no host tier

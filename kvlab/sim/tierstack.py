@@ -103,6 +103,16 @@ class TierStack:
         self.evicted = 0  # blocks dropped past the last tier for capacity
         self.declined = 0  # blocks a tier refused (admission or the policy)
 
+    @property
+    def history(self) -> bool:
+        """Per-block history is kept (a rule reads it): blocks are then taken and placed one at a time."""
+        return self.counting or self.dating
+
+    def move(self, src: int, dst: int, blocks: int = 1) -> None:
+        """Count `blocks` blocks moved from tier src to tier dst."""
+        key = f"{TIERS[src]}->{TIERS[dst]}"
+        self.moved[key] = self.moved.get(key, 0) + self.block_bytes * blocks
+
     # --- the rules -------------------------------------------------------------------------------------------
     def place(self, b: int, k: int, src: int | None, now: float) -> None:
         """Store b (coming from tier src, None if computed) in tier k or the next that exists, victims cascading
@@ -120,8 +130,7 @@ class TierStack:
                 self.declined += 1
                 return
             if src is not None:
-                key = f"{TIERS[src]}->{TIERS[k]}"
-                self.moved[key] = self.moved.get(key, 0) + self.block_bytes
+                self.move(src, k)
             if k == 1 and self.dating and now - self.last[b] > self.ttl_s:  # expired on arrival
                 if caps[2] == 0:
                     return
@@ -144,14 +153,13 @@ class TierStack:
         """`place(b, k, src, now)` for each of `blocks` (distinct, in no tier, as `place` needs them) in order: one
         policy call a tier (Policy.insert_run) when no rule reads per-block history (a tier's victims reach the
         next tier in the order they left, which is all the next tier sees); else one at a time."""
-        where = self.where
-        if self.counting or self.dating:
+        if self.history:
             for b in blocks:
                 self.place(b, k, src, now)
             return
         if k == 0 and self.hbm_external:
             return
-        caps = self.cap
+        caps, where = self.cap, self.where
         while blocks:
             while k < 3 and caps[k] == 0:
                 k += 1
@@ -159,8 +167,7 @@ class TierStack:
                 self.evicted += len(blocks)
                 return
             if src is not None:
-                key = f"{TIERS[src]}->{TIERS[k]}"
-                self.moved[key] = self.moved.get(key, 0) + self.block_bytes * len(blocks)
+                self.move(src, k, len(blocks))
             kept, left = self.caches[k].insert_run(blocks)
             self.declined += len(blocks) - len(kept)
             where.update(dict.fromkeys(kept, k))
@@ -222,8 +229,7 @@ class TierStack:
                 hits[k] += 1
                 tok[k] += int(n)
                 if k:
-                    key = f"{TIERS[k]}->hbm"
-                    self.moved[key] = self.moved.get(key, 0) + self.block_bytes
+                    self.move(k, 0)
             else:
                 run = False
         return hits, tok
