@@ -93,7 +93,7 @@ def _cases():
 def test_fast_forward_gives_the_step_by_step_run(case):
     _, tr, cfg, model = case
     fast = simulate_serving(tr, cfg, model, {"ttft_s": 2.0, "tpot_s": 0.05})
-    slow = simulate_serving(tr, cfg, model, {"ttft_s": 2.0, "tpot_s": 0.05}, fast_forward=False)
+    slow = simulate_serving(tr, cfg, model, {"ttft_s": 2.0, "tpot_s": 0.05}, fast_forward=False, compiled=False)
     assert_same_run(fast, slow)
     assert fast.summary()["completed"] > 0
 
@@ -102,5 +102,5 @@ def test_fast_forward_reports_preemptions_the_same():
     tr = load_trace("synthetic", limit=300, seed=3)
     cfg = ServeConfig(replicas=2, pool_tokens=20_000, max_num_seqs=64, router="least_loaded")
     m = replace(AffineStepModel.fitted(), prefill_token_s=200e-6)
-    fast, slow = simulate_serving(tr, cfg, m), simulate_serving(tr, cfg, m, fast_forward=False)
+    fast, slow = simulate_serving(tr, cfg, m), simulate_serving(tr, cfg, m, fast_forward=False, compiled=False)
     assert fast.preemptions == slow.preemptions > 0 and fast.steps == slow.steps

@@ -79,7 +79,7 @@ def run_with_states(tr, cfg, model, fast: bool, at: set | None = None):
     mp.setattr(VllmReplica, "skip_decodes", spy_skip)
     mp.setattr(VllmReplica, "step", spy_step)
     try:
-        res = simulate_serving(tr, cfg, model, fast_forward=fast)
+        res = simulate_serving(tr, cfg, model, fast_forward=fast, compiled=False)  # the Python classes spied on
     finally:
         mp.undo()
     return res, states, skips

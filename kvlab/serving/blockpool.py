@@ -33,9 +33,13 @@ NONE = np.zeros(0, np.int64)  # no blocks
 if ENABLED:
     from numba import njit
     _compiled = njit(cache=True, nogil=True)
+    # a kernel that allocates no array and returns none runs without numba's reference counting: the atomic
+    # increments and decrements of its array arguments cost more than a block's own work in the innermost loops
+    _leaf = njit(cache=True, nogil=True, _nrt=False)
 else:  # pragma: no cover - without numba the kernels below run as plain Python
     def _compiled(f):
         return f
+    _leaf = _compiled
 
 REF, HASHED, KEY, PREV, NEXT, SAME = range(6)  # columns of blk
 FREE, USED, FRESH = range(3)  # entries of meta
@@ -49,11 +53,11 @@ def output_key(rid, i):
     return ~((rid << 32) | i)
 
 
-_output_key = _compiled(output_key)  # the same function, for the kernels
+_output_key = _leaf(output_key)  # the same function, for the kernels
 
 
 # -- the key table ------------------------------------------------------------------------------------------------
-@_compiled
+@_leaf
 def _home(k, mask):
     """Slot where key k's probe starts: k's high half folded into the low one, then xorshift-mixed (int64
     arithmetic, which wraps in numba and numpy alike)."""
@@ -64,7 +68,7 @@ def _home(k, mask):
     return h & mask
 
 
-@_compiled
+@_leaf
 def _slot(tab, k):
     """(slot, found): where key k sits, or the empty slot where it would go."""
     mask = tab.shape[0] - 1
@@ -77,7 +81,7 @@ def _slot(tab, k):
         i = (i + 1) & mask
 
 
-@_compiled
+@_leaf
 def _remove_slot(tab, i):
     """Empty slot i, moving later entries of its probe run back so that every key stays reachable."""
     mask = tab.shape[0] - 1
@@ -96,7 +100,7 @@ def _remove_slot(tab, i):
     tab[i, 1] = -1
 
 
-@_compiled
+@_leaf
 def _rehash(old, new):
     """Put every entry of table `old` in the empty table `new`."""
     for i in range(old.shape[0]):
@@ -106,7 +110,7 @@ def _rehash(old, new):
             new[s, 1] = old[i, 1]
 
 
-@_compiled
+@_leaf
 def _lookup(tab, keys, out):
     """out[i] = first block cached under keys[i], -1 where none."""
     for i in range(keys.shape[0]):
@@ -115,14 +119,14 @@ def _lookup(tab, keys, out):
 
 
 # -- the free queue -----------------------------------------------------------------------------------------------
-@_compiled
+@_leaf
 def _unlink(blk, b):
     p, n = blk[b, PREV], blk[b, NEXT]
     blk[p, NEXT] = n
     blk[n, PREV] = p
 
 
-@_compiled
+@_leaf
 def _link(blk, p, b, n):
     """Put b between neighbours p and n."""
     blk[p, NEXT] = b
@@ -131,20 +135,20 @@ def _link(blk, p, b, n):
     blk[n, PREV] = b
 
 
-@_compiled
+@_leaf
 def _push_back(blk, b):
     t = blk.shape[0] - 1  # tail sentinel
     _link(blk, blk[t, PREV], b, t)
 
 
-@_compiled
+@_leaf
 def _push_front(blk, b):
     h = blk.shape[0] - 2  # head sentinel
     _link(blk, h, b, blk[h, NEXT])
 
 
 # -- pool operations over a run of blocks -------------------------------------------------------------------------
-@_compiled
+@_leaf
 def _drop(blk, tab, meta, b):
     """Block b (hashed, taken anew) leaves its key's cached blocks; True when it was the key's last (evicted)."""
     k = blk[b, KEY]
@@ -166,7 +170,7 @@ def _drop(blk, tab, meta, b):
     return False
 
 
-@_compiled
+@_leaf
 def _take(blk, tab, meta, out, evicted):
     """Take len(out) free blocks in queue order (unhashed head, never-used range, hashed tail), each dropping its
     hash and held once; keys evicted go to `evicted` in order. Returns how many were evicted."""
@@ -191,7 +195,7 @@ def _take(blk, tab, meta, out, evicted):
     return nev
 
 
-@_compiled
+@_leaf
 def _touch(blk, meta, blocks):
     """Hold each of `blocks` (distinct) once more; a free one leaves the queue."""
     for i in range(blocks.shape[0]):
@@ -202,7 +206,7 @@ def _touch(blk, meta, blocks):
         blk[b, REF] += 1
 
 
-@_compiled
+@_leaf
 def _idle(blk, blocks):
     """How many of `blocks` no request holds."""
     n = 0
@@ -211,7 +215,7 @@ def _idle(blk, blocks):
     return n
 
 
-@_compiled
+@_leaf
 def _hit(tab, keys, out):
     """Blocks cached for the longest run of leading keys, in out[:m]; returns m."""
     for i in range(keys.shape[0]):
@@ -222,7 +226,7 @@ def _hit(tab, keys, out):
     return keys.shape[0]
 
 
-@_compiled
+@_leaf
 def _cache_one(blk, tab, meta, b, k):
     """Hash block b under key k: k's first block if k is new, else after its others; a hashed block keeps its
     hash. Returns whether b was hashed now."""
@@ -244,14 +248,14 @@ def _cache_one(blk, tab, meta, b, k):
     return True
 
 
-@_compiled
+@_leaf
 def _cache(blk, tab, meta, blocks, keys):
     """Hash blocks[i] under keys[i], in order (a key's first block is what a hit takes)."""
     for i in range(min(blocks.shape[0], keys.shape[0])):
         _cache_one(blk, tab, meta, blocks[i], keys[i])
 
 
-@_compiled
+@_leaf
 def _heap_push(heap, n, x):
     """Push x on the binary min-heap heap[:n]; returns n + 1."""
     i = n
@@ -266,7 +270,7 @@ def _heap_push(heap, n, x):
     return n + 1
 
 
-@_compiled
+@_leaf
 def _heap_pop(heap, n):
     """Pop the smallest of heap[:n] (n > 0); returns it (the heap is heap[:n - 1] after)."""
     top = heap[0]
@@ -288,7 +292,7 @@ def _heap_pop(heap, n):
     return top
 
 
-@_compiled
+@_leaf
 def _next_event(bs, caching, c1, t1, nb, cu):
     """The next decode step (1: the first after the one in flight) at which a request with these counts takes a
     block (its blocks are full) or hashes one (its next block is filled)."""
@@ -362,7 +366,7 @@ def _decode_run(blk, tab, meta, m, bs, mml, caching, c1, t1, nb, cu, rid, nkeys,
     return m, ne, last
 
 
-@_compiled
+@_leaf
 def _free(blk, meta, blocks):
     """Release one request's blocks, its last first: a hashed block no longer held joins the queue's tail, an
     unhashed one its head (so the head holds them last block first)."""

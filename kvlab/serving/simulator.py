@@ -200,7 +200,7 @@ class ServeResult:
 
 def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model: StepModel | None = None,
                      slo: dict | None = None, fast_forward: bool = True, record_steps: bool = False,
-                     progress: bool = False) -> ServeResult:
+                     progress: bool = False, compiled: bool | None = None) -> ServeResult:
     """Run `trace` through `config.replicas` replicas; `step_model` times each step (None: for a deployment_config,
     kvlab.serving.steptime.step_time(..., "auto") of its deployment; a bare ServeConfig needs one given). A step
     model that prices one deployment (`target`: the affine fit, a step-time source) is refused for another.
@@ -211,7 +211,11 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
     their times priced in one vectorized call: every figure equals the step-by-step loop's (`False`; tests hold
     the two equal), at a fraction of its cost on lightly loaded replicas. The loop is
     kvlab.serving.eventloop.EventLoop; `progress` shows a tqdm bar of requests done on stderr.
-    `record_steps` keeps one dict per step (`steps_log`), every step run one by one."""
+    `record_steps` keeps one dict per step (`steps_log`), every step run one by one.
+
+    `compiled`: run the loop in kvlab.serving.compiledrun (one replica, no host tiers, no step log, affine or
+    roofline step times: the same figures to the last bit, many times faster); None uses it wherever it applies,
+    False runs the Python loop (the reference), True refuses a run it does not cover."""
     need_type("trace", trace, Trace, "a kvlab.sim.traces.Trace")
     cfg = ServeConfig() if config is None else need_type("config", config, ServeConfig, "a ServeConfig")
     model = step_model if step_model is not None else default_step_model(cfg)
@@ -230,24 +234,37 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
     caching = cfg.prefix_caching and trace.has_prefixes
     reps = [VllmReplica(i, knobs, a, caching, log, host_tiers(cfg, trace) if caching else None)
             for i in range(cfg.replicas)]
-    refuses = lambda r: never_fits(a.input[r], a.output[r], knobs)  # noqa: E731
+    refused = never_fits(np.asarray(a.input, np.int64), np.asarray(a.output, np.int64), knobs)  # [R]
+    refuses = refused.__getitem__
     closed = cfg.closed_loop if cfg.closed_loop is not None else trace.session_ids is not None
     if closed and trace.session_ids is None:
         raise ParameterError(f"closed_loop needs a trace with session ids; {trace.name!r} has none")
     arrivals, nxt, gap = _arrivals(trace, closed)
     # a completion at time t makes the session's next turn arrive at t + gap or later (closed loop)
     min_gap = float(gap[nxt >= 0].min()) if closed and (nxt >= 0).any() else math.inf
+    from . import compiledrun
+    why = compiledrun.unsupported(cfg, steps_model, trace, knobs, host=reps[0].host is not None,
+                                  logging=log is not None)
+    if compiled and why:
+        raise ParameterError(f"the compiled loop does not run this: {why}")
     bar = None
     if progress:
         from tqdm import tqdm
         bar = tqdm(total=N, unit="request", desc="serve-sim", mininterval=0.5, smoothing=0.05)
     try:
-        loop = EventLoop(cfg, a, reps, steps_model, arrivals, nxt, gap, refuses, min_gap=min_gap,
-                         fast_forward=fast_forward, logging=log is not None, progress=bar).run()
+        if compiled is not False and not why:
+            steps, area, t0, t_end, busy, preemptions = compiledrun.run_compiled(
+                trace, a, knobs, steps_model, arrivals, nxt, gap, refused, caching=caching,
+                fast_forward=fast_forward, progress=bar)
+            busy_s, preempt = np.array([busy]), preemptions
+        else:
+            loop = EventLoop(cfg, a, reps, steps_model, arrivals, nxt, gap, refuses, min_gap=min_gap,
+                             fast_forward=fast_forward, logging=log is not None, progress=bar).run()
+            steps, area, t0, t_end = loop.steps, loop.area, loop.t0, loop.t_end
+            busy_s, preempt = np.array([r.busy_s for r in reps]), int(sum(r.preemptions for r in reps))
     finally:
         if bar is not None:
             bar.close()
-    steps, area, t0, t_end = loop.steps, loop.area, loop.t0, loop.t_end
     fin, first, started = np.array(a.finished), np.array(a.first_token), np.array(a.started)
     outn, inp = np.array(a.output, np.int64), np.array(a.input, np.int64)
     ok = ~a.rejected & np.isfinite(fin)
@@ -265,8 +282,7 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
                 moved[k] = moved.get(k, 0) + v
     span = float(t_end - t0) if t0 is not None else 0.0
     return ServeResult(cfg, a.arrival, queue, ttft, tpot, e2e, a.rejected.copy(),
-                       np.where(ok, outn, 0), inp, hit_blocks, hit_tokens, moved, span,
-                       np.array([r.busy_s for r in reps]), steps, int(sum(r.preemptions for r in reps)),
+                       np.where(ok, outn, 0), inp, hit_blocks, hit_tokens, moved, span, busy_s, steps, preempt,
                        float(area / span) if span > 0 else 0.0, slo, describe(model), np.array(a.preempted, np.int64),
                        a.hit_tok.copy(), log)
 
@@ -323,13 +339,11 @@ def scheduler_knobs(cfg: ServeConfig):
                           reserve_full_isl=cfg.reserve_full_isl)
 
 
-def never_fits(inp: int, out: int, k) -> bool:
+def never_fits(inp, out, k):
     """A request vLLM would refuse (a prompt longer than max_model_len: vllm/v1/engine/input_processor.py) or could
     never finish (its sequence needs more blocks than the pool has, less the null block: vLLM would preempt it
-    forever; kvlab refuses it at arrival)."""
-    if inp > k.max_model_len:
-        return True
-    return cdiv(min(inp + out - 1, k.max_model_len), k.block_size) > k.num_blocks - 1
+    forever; kvlab refuses it at arrival). Ints, or int arrays of prompts and outputs ([R] bools)."""
+    return (inp > k.max_model_len) | (cdiv(np.minimum(inp + out - 1, k.max_model_len), k.block_size) > k.num_blocks - 1)
 
 
 def default_step_model(cfg: ServeConfig):

@@ -1,0 +1,920 @@
+"""The serving simulator's run as one compiled (numba) loop: the event loop, vLLM's scheduler and the step pricing
+of one replica, for the runs that need nothing Python-only.
+
+kvlab.serving.eventloop.EventLoop driving kvlab.serving.scheduler.VllmScheduler is the reference: this module
+follows it rule for rule, over the same compiled block pool (kvlab.serving.blockpool's kernels, its decode stretch
+`_decode_run` included), and gives the same figures to the last bit (tests/test_compiled_run.py holds every
+per-request array, the step count, busy seconds and the time-averaged requests in system equal on pressured,
+shared-prefix, async and sync, chunked and unchunked streams, and the vLLM fixture streams' per-request steps).
+What the Python loop spends per step (forming a Batch of dicts and sets, pricing it, applying it) is a few array
+writes here, so a million-request trace runs in the time its block operations take.
+
+Runs it covers (`unsupported` says why not, and the caller falls back to the Python loop): one replica, no DRAM /
+SSD tiers, no per-step log, steps priced by the affine model (the unit model is one) or kvlab's roofline within its
+per-context tables (contexts below kvlab.serving.steptime.roofline.TABLE_MAX). Request state lives in rows of
+int64 arrays (one row per request), the waiting queue is a ring, running requests an array in admission order, a
+request's block table one of max_num_seqs reusable buffers. The loop's state sits in arrays between calls, so the
+caller can run it a slice of requests at a time (the progress bar).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..checks import cdiv
+from ..sim.kernels import ENABLED
+from .blockpool import (FREE, USED, _cache, _decode_run, _free, _hit, _idle, _leaf, _output_key, _rehash, _take,
+                        _touch, BlockPool)
+
+if ENABLED:
+    from numba import njit
+    from numba.typed import List
+    _compiled = njit(cache=True, nogil=True)
+else:  # pragma: no cover - without numba the Python loop runs every case
+    List = list
+
+    def _compiled(f):
+        return f
+
+# columns of the per-request int64 rows (rq)
+(PROMPT, MAXT, COMP, OUT, PH, INFL, STALE, NB, CU, FIN, HIT, PRE, SLOT, WHERE, NKEYS, GEN, APRE, HITTOK,
+ HITBLK) = range(19)
+RQ_COLS = 19
+# columns of the per-request float rows (rt)
+ARR, START, FIRST, FINISH = range(4)
+# knobs (kn)
+(BS, MNS, MNBT, MML, CACHING, ASYNC, CHUNKED, LPT, RESERVE, TB, HAS_PREFIXES, KIND, FAST, NBMAX) = range(14)
+# integer loop state (ist)
+(IN_SYS, STEPS, DUE, HAS_END, NARR, HAVE_T0, PREEMPTS, WHEAD, WCOUNT, NRUN, INFL_ON, INFL_B, STUCK, STUCK_FREE,
+ STUCK_NRUN, DONE, ERR, NPRE) = range(18)
+# float loop state (fst)
+(LAST_T, T0, AREA, T_END, DUE_T, END_T, BUSY_UNTIL, BUSY_S, MIN_GAP) = range(9)
+# batch entry fields (bat[b, e])
+B_RID, B_N, B_SAMPLE, B_DECODE, B_HIT = range(5)
+# step pricing kinds and their float parameters (pp)
+AFFINE, ROOFLINE, ROOFLINE_V4 = range(3)
+# affine: overhead, per prefill token, per decode request, per context token
+# roofline: overhead ms, 2 x active params, TP, memory B/s, compute FLOP/s
+FAST_FORWARD_STEPS = 4096  # as kvlab.serving.eventloop's
+FAST_FORWARD_CHUNK = 16  # steps of a stretch priced first (then twice as many, ...)
+
+
+# -- exact float sum (math.fsum, for the roofline's FLOPs) --------------------------------------------------------
+@_leaf
+def _fsum(xs, n, parts):
+    """The correctly rounded sum of xs[:n] (finite floats): Shewchuk's exact partials (in `parts`, at least n + 1
+    long), rounded half-even at the end, which is the figure math.fsum gives."""
+    m = 0
+    for k in range(n):
+        x = xs[k]
+        i = 0
+        for j in range(m):
+            y = parts[j]
+            if abs(x) < abs(y):
+                x, y = y, x
+            hi = x + y
+            lo = y - (hi - x)
+            if lo != 0.0:
+                parts[i] = lo
+                i += 1
+            x = hi
+        parts[i] = x
+        m = i + 1
+    if m == 0:
+        return 0.0
+    m -= 1
+    hi = parts[m]
+    lo = 0.0
+    while m > 0:
+        x = hi
+        m -= 1
+        y = parts[m]
+        hi = x + y
+        yr = hi - x
+        lo = y - yr
+        if lo != 0.0:
+            break
+    if m > 0 and ((lo < 0.0 and parts[m - 1] < 0.0) or (lo > 0.0 and parts[m - 1] > 0.0)):
+        y = lo * 2.0
+        x = hi + y
+        yr = x - hi
+        if y == yr:
+            hi = x
+    return hi
+
+
+# -- step pricing -------------------------------------------------------------------------------------------------
+@_leaf
+def _price(kind, pp, wbt, kv_at, fl_at, win, whole, pn, pc, npf, dc, nd, add, flbuf):
+    """Seconds of one step: prefill chunks (pn[i] new tokens over pc[i] cached), decodes at contexts dc[:nd] + add;
+    the figure the model's step_s gives (AffineStepModel, Roofline: the same operations in the same order; FLOP
+    sums correctly rounded, as math.fsum: decode FLOPs that are whole numbers (`whole`) summed exactly in int64)."""
+    if kind == AFFINE:
+        new = 0
+        ctx = 0
+        for i in range(npf):
+            new += pn[i]
+            ctx += pc[i]
+        for i in range(nd):
+            ctx += dc[i] + add
+        return pp[0] + pp[1] * new + pp[2] * nd + pp[3] * ctx
+    tokens = nd
+    kv = 0
+    for i in range(npf):
+        tokens += pn[i]
+        if pc[i]:
+            kv += kv_at[pc[i]]
+    k = 0
+    exact = 0
+    for i in range(nd):
+        c = max(dc[i] + add, 1)
+        kv += kv_at[c]
+        if whole:
+            exact += np.int64(fl_at[c])
+        else:
+            flbuf[k] = fl_at[c]
+            k += 1
+    if whole:  # the exact sum as two floats that add up to it exactly
+        flbuf[0] = float(exact)
+        flbuf[1] = float(exact - np.int64(flbuf[0]))
+        k = 2
+    for i in range(npf):
+        n, c = pn[i], pc[i]
+        if kind == ROOFLINE_V4:
+            flbuf[k] = fl_at[max(c + n // 2, 1)] * n
+        else:  # Roofline._keys_flops at the chunk's middle key count, layers grouped by window
+            keys = c + (n + 1) / 2
+            out = 0.0
+            for w in range(win.shape[0]):
+                if win[w, 0]:
+                    out += win[w, 1] * min(keys, float(win[w, 0]))
+                else:
+                    out += win[w, 1] * keys
+            flbuf[k] = pp[5] * out * n
+        k += 1
+    flops = float(exact) if whole and npf == 0 else _fsum(flbuf, k, flbuf[k:])
+    return _roof_s(pp, wbt[tokens] + kv, (pp[1] * tokens + flops) / pp[2])
+
+
+@_leaf
+def _roof_s(pp, nbytes, fl):
+    """The roofline's seconds from a step's bytes read and FLOPs (Roofline.step_s's last lines)."""
+    mem_ms = nbytes / pp[3] * 1e3
+    cmp_ms = fl / pp[4] * 1e3
+    return (pp[0] + max(mem_ms, cmp_ms)) / 1e3
+
+
+@_leaf
+def _price_run(kind, pp, wbt, kv_at, fl_at, win, whole, pn, pc, dc, nd, j0, cnt, out, kvs, fls, flbuf):
+    """out[j0:j0 + cnt]: seconds of decode-only steps j0..j0 + cnt - 1 of a stretch (step j at contexts dc[:nd] +
+    j), each `_price`'s figure; the roofline's whole-number sums run request by request over its contexts."""
+    if kind == AFFINE or not whole:
+        for j in range(j0, j0 + cnt):
+            out[j] = _price(kind, pp, wbt, kv_at, fl_at, win, whole, pn, pc, 0, dc, nd, j, flbuf)
+        return
+    kvs[:cnt] = 0
+    fls[:cnt] = 0
+    for i in range(nd):
+        base = dc[i] + j0
+        for q in range(cnt):
+            c = max(base + q, 1)
+            kvs[q] += kv_at[c]
+            fls[q] += np.int64(fl_at[c])
+    wb = wbt[nd]
+    for q in range(cnt):
+        out[j0 + q] = _roof_s(pp, wb + kvs[q], (pp[1] * nd + float(fls[q])) / pp[2])
+
+
+# -- keys and block tables ----------------------------------------------------------------------------------------
+@_leaf
+def _keys(out, rq, ids, off, r, lo, hi, tb, bs):
+    """Hash keys of blocks lo..hi-1 of request r in out[:hi - lo] (kvlab.serving.replica.prompt_keys, then
+    blockpool.output_key beyond its prompt's keys); a block's last token walks the trace blocks without dividing."""
+    nk = min(rq[r, NKEYS], hi)
+    i = lo
+    if i < nk:
+        last = i * bs + bs - 1
+        t = off[r] + last // tb  # trace block of the block's last token
+        at = last % tb  # its offset there
+        while i < nk:
+            out[i - lo] = ids[t] * tb + at
+            at += bs
+            while at >= tb:
+                at -= tb
+                t += 1
+            i += 1
+    for i in range(max(lo, nk), hi):
+        out[i - lo] = _output_key(np.int64(r), np.int64(i))
+
+
+@_compiled
+def _room(rq, bts, slots, kn, r, n):
+    """Request r's next n block slots (VllmScheduler._room): a buffer of its own taken from `slots` on its first
+    block, grown to the most blocks r can hold."""
+    s = rq[r, SLOT]
+    if s < 0:
+        if len(slots):
+            s = slots.pop()
+        else:
+            bts.append(np.empty(0, np.int64))
+            s = len(bts) - 1
+        rq[r, SLOT] = s
+    bt = bts[s]
+    nb = rq[r, NB]
+    if nb + n > bt.shape[0]:
+        bs = kn[BS]
+        most = (min(rq[r, PROMPT] + rq[r, MAXT], kn[MML]) + bs - 1) // bs
+        nbt = np.empty(max(most, nb + n, 2 * bt.shape[0]), np.int64)
+        nbt[:nb] = bt[:nb]
+        bts[s] = nbt
+        bt = nbt
+    rq[r, NB] = nb + n
+    return bt[nb:nb + n]
+
+
+@_compiled
+def _room_for(tabs, meta, n):
+    """Grow the key table so that n more keys keep it at most half full (BlockPool._room_for)."""
+    tab = tabs[0]
+    if 2 * (meta[USED] + n) > tab.shape[0]:
+        size = tab.shape[0]
+        while 2 * (meta[USED] + n) > size:
+            size *= 2
+        new = np.full((size, 2), -1, np.int64)
+        _rehash(tab, new)
+        tabs[0] = new
+
+
+@_compiled
+def _release(rq, bts, slots, blk, meta, r):
+    """Free request r's blocks (VllmScheduler._free) and give its buffer back."""
+    s = rq[r, SLOT]
+    if s >= 0:
+        if rq[r, NB]:
+            _free(blk, meta, bts[s][:rq[r, NB]])
+        slots.append(s)
+        rq[r, SLOT] = -1
+    rq[r, NB] = 0
+    rq[r, CU] = 0
+
+
+@_compiled
+def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, r, n, hit, reserve):
+    """VllmScheduler._allocate without host tiers: blocks for n more tokens of r after its cache hits `hit`, or
+    False when they do not fit."""
+    bs, mml = kn[BS], kn[MML]
+    nh = hit.shape[0]
+    computed = rq[r, COMP] + nh * bs
+    need = min(computed + n, mml)
+    nb = rq[r, NB]
+    new = (need + bs - 1) // bs - nh - nb
+    evict = _idle(blk, hit) if nh else 0
+    want = max(new, 0) + evict
+    free = meta[FREE]
+    tokens = rq[r, PROMPT] + rq[r, OUT]
+    if reserve:
+        full = max((min(tokens, mml) + bs - 1) // bs - nh - nb, 0)
+        if full + evict > free:
+            return False
+    if want > free:
+        return False
+    known = rq[r, CU]
+    if nh:
+        _touch(blk, meta, hit)
+        if nb == known:
+            known += nh
+        _room(rq, bts, slots, kn, r, nh)[:] = hit
+    if new > 0:
+        _take(blk, tabs[0], meta, _room(rq, bts, slots, kn, r, new), evbuf)
+    full_blocks = min(computed + n, tokens) // bs
+    cu = rq[r, CU]
+    if full_blocks > cu:
+        lo = cu + max(min(known, full_blocks) - cu, 0)
+        if kn[CACHING] and full_blocks > lo:
+            keys = kbuf[:full_blocks - lo]
+            _keys(keys, rq, ids, off, r, lo, full_blocks, kn[TB], bs)
+            _room_for(tabs, meta, keys.shape[0])
+            _cache(blk, tabs[0], meta, bts[rq[r, SLOT]][lo:full_blocks], keys)
+        rq[r, CU] = full_blocks
+    return True
+
+
+# -- queues -------------------------------------------------------------------------------------------------------
+@_leaf
+def _wq_append(wq, ist, r, left):
+    c = wq.shape[0]
+    if left:
+        ist[WHEAD] = (ist[WHEAD] - 1) % c
+        wq[ist[WHEAD]] = r
+    else:
+        wq[(ist[WHEAD] + ist[WCOUNT]) % c] = r
+    ist[WCOUNT] += 1
+
+
+@_leaf
+def _wq_popleft(wq, ist):
+    r = wq[ist[WHEAD]]
+    ist[WHEAD] = (ist[WHEAD] + 1) % wq.shape[0]
+    ist[WCOUNT] -= 1
+    return r
+
+
+@_leaf
+def _wq_remove(wq, ist, r):
+    c = wq.shape[0]
+    h, n = ist[WHEAD], ist[WCOUNT]
+    j = 0
+    while wq[(h + j) % c] != r:
+        j += 1
+    for i in range(j, n - 1):
+        wq[(h + i) % c] = wq[(h + i + 1) % c]
+    ist[WCOUNT] -= 1
+
+
+@_leaf
+def _run_remove(run, ist, r):
+    n = ist[NRUN]
+    j = 0
+    while run[j] != r:
+        j += 1
+    for i in range(j, n - 1):
+        run[i] = run[i + 1]
+    ist[NRUN] -= 1
+
+
+# -- the heap of arrivals (time, request) -------------------------------------------------------------------------
+@_leaf
+def _less(ht, hr, i, j):
+    return ht[i] < ht[j] or (ht[i] == ht[j] and hr[i] < hr[j])
+
+
+@_leaf
+def _push(ht, hr, ist, t, r):
+    i = ist[NARR]
+    ist[NARR] += 1
+    ht[i] = t
+    hr[i] = r
+    while i > 0:
+        p = (i - 1) >> 1
+        if not _less(ht, hr, i, p):
+            break
+        ht[i], ht[p] = ht[p], ht[i]
+        hr[i], hr[p] = hr[p], hr[i]
+        i = p
+
+
+@_leaf
+def _pop(ht, hr, ist):
+    t, r = ht[0], hr[0]
+    n = ist[NARR] - 1
+    ist[NARR] = n
+    ht[0], hr[0] = ht[n], hr[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _less(ht, hr, c + 1, c):
+            c += 1
+        if not _less(ht, hr, c, i):
+            break
+        ht[i], ht[c] = ht[c], ht[i]
+        hr[i], hr[c] = hr[c], hr[i]
+        i = c
+    return t, r
+
+
+# -- the scheduler (VllmScheduler) --------------------------------------------------------------------------------
+@_compiled
+def _preempt(rq, bts, slots, blk, meta, wq, ist, r):
+    _release(rq, bts, slots, blk, meta, r)
+    rq[r, COMP] = 0
+    rq[r, STALE] = rq[r, INFL]
+    rq[r, PH] = 0
+    rq[r, PRE] += 1
+    ist[PREEMPTS] += 1
+    rq[r, WHERE] = 1
+    _wq_append(wq, ist, r, True)
+
+
+@_leaf
+def _entry(bat, bcnt, b, r, n, decode, hit):
+    e = bcnt[b]
+    bat[b, e, B_RID] = r
+    bat[b, e, B_N] = n
+    bat[b, e, B_SAMPLE] = 0
+    bat[b, e, B_DECODE] = decode
+    bat[b, e, B_HIT] = hit
+    bcnt[b] = e + 1
+
+
+@_compiled
+def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, wq, run, ist, bat, bcnt, b,
+              pre):
+    """VllmScheduler.schedule into batch buffer b; the requests it preempted go to pre[:ist[NPRE]]."""
+    bcnt[b] = 0
+    ist[NPRE] = 0
+    bs, mml, caching = kn[BS], kn[MML], kn[CACHING]
+    budget = kn[MNBT]
+    threshold = kn[LPT] if ist[NRUN] + ist[WCOUNT] > 1 else 0
+    i = 0
+    while i < ist[NRUN] and budget > 0:
+        r = run[i]
+        c, ph, tok = rq[r, COMP], rq[r, PH], rq[r, PROMPT] + rq[r, OUT]
+        if ph > 0 and c + 2 - ph >= rq[r, PROMPT] + rq[r, MAXT]:
+            i += 1  # async: the step in flight already produces its last token
+            continue
+        n = tok + ph - c
+        if (n == 1 and c + 1 < mml and rq[r, NB] * bs > c
+                and (not caching or min(c + 1, tok) // bs <= rq[r, CU])):
+            _entry(bat, bcnt, b, r, 1, 1 if tok + ph > rq[r, PROMPT] else 0, -1)
+            budget -= 1
+            i += 1
+            continue
+        if 0 < threshold < n:
+            n = threshold
+        n = min(n, budget, mml - 1 - rq[r, COMP])
+        if n <= 0:
+            i += 1
+            continue
+        ok = True
+        while not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, r, n, hbuf[:0], False):
+            ist[NRUN] -= 1
+            victim = run[ist[NRUN]]
+            _preempt(rq, bts, slots, blk, meta, wq, ist, victim)
+            pre[ist[NPRE]] = victim
+            ist[NPRE] += 1
+            if victim == r:
+                ok = False
+                break
+        if not ok:
+            break
+        _entry(bat, bcnt, b, r, n, 1 if n == 1 and rq[r, OUT] + rq[r, PH] > 0 else 0, -1)
+        budget -= n
+        i += 1
+    stuck = ist[NPRE] == 0
+    if ist[NPRE] == 0:
+        nskip = 0
+        while ist[WCOUNT] > 0 and budget > 0 and ist[NRUN] < kn[MNS]:
+            r = wq[ist[WHEAD]]
+            if rq[r, STALE]:  # preempted with output still in flight: passed over until it lands
+                _wq_popleft(wq, ist)
+                skip[nskip] = r
+                nskip += 1
+                continue
+            tokens = rq[r, PROMPT] + rq[r, OUT]
+            nh = 0
+            if rq[r, COMP] == 0 and caching:
+                keys = kbuf[:(tokens - 1) // bs]
+                _keys(keys, rq, ids, off, r, 0, keys.shape[0], kn[TB], bs)
+                nh = _hit(tabs[0], keys, hbuf)
+            n = whole = tokens - nh * bs - rq[r, COMP]
+            if 0 < threshold < n:
+                n = threshold
+            if not kn[CHUNKED] and n > budget:
+                break
+            n = min(n, budget)
+            if not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, r, n, hbuf[:nh],
+                             kn[RESERVE] != 0):
+                stuck = kn[RESERVE] != 0 or n == whole
+                break
+            _wq_popleft(wq, ist)
+            rq[r, COMP] += nh * bs
+            if rq[r, HIT] < 0:
+                rq[r, HIT] = rq[r, COMP]
+            run[ist[NRUN]] = r
+            ist[NRUN] += 1
+            rq[r, WHERE] = 2
+            _entry(bat, bcnt, b, r, n, 0, rq[r, COMP])
+            budget -= n
+        for q in range(nskip - 1, -1, -1):
+            _wq_append(wq, ist, skip[q], True)
+        stuck = stuck and nskip == 0
+    for e in range(bcnt[b]):
+        r, n = bat[b, e, B_RID], bat[b, e, B_N]
+        rq[r, COMP] += n
+        rq[r, INFL] += n
+        if rq[r, COMP] >= rq[r, PROMPT] + rq[r, OUT] + rq[r, PH]:
+            bat[b, e, B_SAMPLE] = 1
+            if kn[ASYNC]:
+                rq[r, PH] += 1
+    ist[STUCK] = 1 if stuck else 0
+    ist[STUCK_FREE] = meta[FREE]
+    ist[STUCK_NRUN] = ist[NRUN]
+
+
+@_leaf
+def _leave(rq, rt, nxt, gap, ht, hr, ist, fst, r, now):
+    """Request r leaves the system at `now` (EventLoop.leave): its session's next turn is pushed."""
+    fst[AREA] += ist[IN_SYS] * (now - fst[LAST_T])
+    fst[LAST_T] = now
+    ist[IN_SYS] -= 1
+    if nxt[r] >= 0:
+        _push(ht, hr, ist, now + gap[r], nxt[r])
+    ist[DONE] += 1
+
+
+@_compiled
+def _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, b, nxt, gap, ht, hr, now):
+    """VllmScheduler.update of batch b at `now`, with VllmReplica._apply's and EventLoop.finish's bookkeeping."""
+    for e in range(bcnt[b]):
+        r, n = bat[b, e, B_RID], bat[b, e, B_N]
+        rq[r, INFL] -= n
+        stale = rq[r, STALE] > 0
+        if stale:
+            rq[r, STALE] -= n
+        if rq[r, FIN] or not bat[b, e, B_SAMPLE]:
+            continue
+        if not stale and rq[r, PH] > 0:
+            rq[r, PH] -= 1
+        rq[r, OUT] += 1
+        if rq[r, OUT] == 1:
+            rt[r, FIRST] = now
+        if rq[r, OUT] >= rq[r, MAXT] or rq[r, PROMPT] + rq[r, OUT] >= kn[MML]:
+            rq[r, FIN] = 1
+            rt[r, FINISH] = now
+            rq[r, GEN] = rq[r, OUT]
+            if rq[r, WHERE] == 2:
+                _run_remove(run, ist, r)
+            else:
+                _wq_remove(wq, ist, r)
+            rq[r, WHERE] = 0
+            _release(rq, bts, slots, blk, meta, r)
+            fst[T_END] = max(fst[T_END], now)
+            _leave(rq, rt, nxt, gap, ht, hr, ist, fst, r, now)
+
+
+@_leaf
+def _decode_room(rq, kn, run, ist, meta, bat, bcnt, most):
+    """VllmScheduler.decode_room for the step in flight."""
+    if not ist[INFL_ON]:
+        return 0
+    b = ist[INFL_B]
+    if bcnt[b] != ist[NRUN]:
+        return 0
+    for e in range(bcnt[b]):
+        if not bat[b, e, B_DECODE]:
+            return 0
+    if ist[WCOUNT] and not (ist[STUCK] and ist[STUCK_FREE] == meta[FREE] and ist[STUCK_NRUN] == ist[NRUN]):
+        return 0
+    extra = 0 if kn[ASYNC] else 1
+    mml = kn[MML]
+    k = most
+    for i in range(ist[NRUN]):
+        r = run[i]
+        g = rq[r, OUT] + rq[r, PH] + extra
+        k = min(k, min(rq[r, MAXT], mml - rq[r, PROMPT]) - g)
+        if k <= 0:
+            return 0
+    return k
+
+
+@_compiled
+def _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m):
+    """VllmScheduler.skip_decodes without host tiers: up to m decode steps of the running batch at once; returns
+    how many (fewer where the free queue runs short), or -1 when a request outgrew its segment."""
+    bs, mml, caching = kn[BS], kn[MML], kn[CACHING]
+    extra = 0 if kn[ASYNC] else 1
+    nr = ist[NRUN]
+    act = np.empty(nr, np.int64)
+    na = 0
+    for j in range(nr):
+        r = run[j]
+        first = rq[r, NB] * bs - rq[r, COMP] + 1
+        if caching:
+            first = min(first, (rq[r, CU] + 1) * bs - (rq[r, PROMPT] + rq[r, OUT] + extra) + 1)
+        if first <= m:
+            act[na] = r
+            na += 1
+    if na:
+        c1, t1 = np.empty(na, np.int64), np.empty(na, np.int64)
+        nba, cua, cu0, rid, nk = (np.empty(na, np.int64), np.empty(na, np.int64), np.empty(na, np.int64),
+                                  np.empty(na, np.int64), np.empty(na, np.int64))
+        soff, koff = np.zeros(na + 1, np.int64), np.zeros(na + 1, np.int64)
+        for q in range(na):
+            r = act[q]
+            c1[q] = rq[r, COMP]
+            t1[q] = rq[r, PROMPT] + rq[r, OUT] + extra
+            nba[q] = rq[r, NB]
+            cua[q] = cu0[q] = rq[r, CU]
+            rid[q] = r
+            nk[q] = rq[r, NKEYS]
+            cap = nba[q] - cua[q] + m // bs + 2
+            soff[q + 1] = soff[q] + cap
+            koff[q + 1] = koff[q] + max(min(nk[q], cua[q] + cap) - cua[q], 0)
+        seg = np.empty(soff[na], np.int64)
+        pk = np.empty(koff[na], np.int64)
+        for q in range(na):
+            r = act[q]
+            lo, n = cu0[q], nba[q] - cu0[q]
+            if n > 0:
+                seg[soff[q]:soff[q] + n] = bts[rq[r, SLOT]][lo:lo + n]
+            if koff[q + 1] > koff[q]:
+                _keys(pk[koff[q]:koff[q + 1]], rq, ids, off, r, lo, lo + koff[q + 1] - koff[q], kn[TB], bs)
+        _room_for(tabs, meta, seg.shape[0])
+        scratch = np.empty(seg.shape[0] + 1, np.int64)
+        log = np.empty((3, 0), np.int64)
+        m, _, _ = _decode_run(blk, tabs[0], meta, m, bs, mml, caching != 0, c1, t1, nba, cua, rid, nk, cu0, seg,
+                              soff, pk, koff, scratch, log, False)
+        if m < 0:
+            return -1
+        for q in range(na):
+            r = act[q]
+            add = nba[q] - rq[r, NB]
+            if add:
+                lo = soff[q] + rq[r, NB] - cu0[q]
+                _room(rq, bts, slots, kn, r, add)[:] = seg[lo:lo + add]
+            rq[r, CU] = cua[q]
+    for j in range(nr):
+        r = run[j]
+        rq[r, COMP] += m
+        rq[r, OUT] += m
+    return m
+
+
+# -- the replica's step and the event loop ------------------------------------------------------------------------
+@_compiled
+def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, wq, run, ist, fst, bat, bcnt, pre,
+          nxt, gap, ht, hr, kind, pp, wbt, kv_at, fl_at, win, whole, pn, pc, dc, flbuf, dts, kvs, fls, now):
+    """VllmReplica.step and EventLoop.step_vllm at `now`: apply what is due, schedule, price, fast-forward."""
+    asy = kn[ASYNC]
+    if ist[INFL_ON] and not asy:
+        _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
+        ist[INFL_ON] = 0
+    b = 1 - ist[INFL_B]
+    _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, wq, run, ist, bat, bcnt, b,
+                  pre)
+    if bcnt[b] == 0 and ist[INFL_ON]:
+        _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
+        ist[INFL_ON] = 0
+        _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, wq, run, ist, bat, bcnt, b,
+                  pre)
+    if ist[INFL_ON]:
+        _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
+    if bcnt[b] > 0:
+        ist[INFL_ON] = 1
+        ist[INFL_B] = b
+    else:
+        ist[INFL_ON] = 0
+    npf = 0
+    nd = 0
+    tb = kn[TB]
+    for e in range(bcnt[b]):
+        r, n = bat[b, e, B_RID], bat[b, e, B_N]
+        if bat[b, e, B_HIT] >= 0:
+            c = bat[b, e, B_HIT]
+            if rt[r, START] < 0:
+                rt[r, START] = now
+                rq[r, HITTOK] = c
+                rq[r, HITBLK] = c // tb if kn[HAS_PREFIXES] else 0
+        else:
+            c = rq[r, COMP] - n
+        if bat[b, e, B_DECODE]:
+            dc[nd] = c
+            nd += 1
+        else:
+            pn[npf] = n
+            pc[npf] = c
+            npf += 1
+    for q in range(ist[NPRE]):
+        rq[pre[q], APRE] += 1
+    if npf == 0 and nd == 0:
+        fst[BUSY_UNTIL] = -1.0
+        return 0
+    dt = _price(kind, pp, wbt, kv_at, fl_at, win, whole, pn, pc, npf, dc, nd, 0, flbuf) + 0.0
+    if kn[FAST] and npf == 0:
+        k = _decode_room(rq, kn, run, ist, meta, bat, bcnt, FAST_FORWARD_STEPS)
+        if k > 0:
+            closed = ist[WCOUNT] > 0 and ist[STUCK] and ist[STUCK_FREE] == meta[FREE] and ist[STUCK_NRUN] == ist[NRUN]
+            h = math.inf if closed or ist[NARR] == 0 else ht[0]
+            if now + dt < h:  # EventLoop.skip_vllm
+                dts[0] = dt
+                m = 0
+                t = now + dt
+                priced = 0  # dts[1:priced + 1] are priced, in growing chunks (a stretch often ends early)
+                chunk = FAST_FORWARD_CHUNK
+                while m < k and t < h:
+                    m += 1
+                    if m > priced:
+                        cnt = min(chunk, k - priced)
+                        _price_run(kind, pp, wbt, kv_at, fl_at, win, whole, pn, pc, dc, nd, priced + 1, cnt, dts,
+                                   kvs, fls, flbuf)
+                        priced += cnt
+                        chunk *= 2
+                    t += dts[m]
+                m = _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m)
+                if m < 0:
+                    return -1
+                if m:
+                    for j in range(m):
+                        fst[BUSY_S] += dts[j]
+                        now += dts[j]
+                    ist[STEPS] += m
+                    dt = dts[m]
+    fst[BUSY_UNTIL] = now + dt
+    fst[BUSY_S] += dt
+    ist[STEPS] += 1
+    fst[END_T] = now + dt
+    ist[HAS_END] = 1
+    return 0
+
+
+@_compiled
+def _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, win, whole, ht, hr, wq, run, bat, bcnt,
+         pre, blk, tabs, meta, bts, slots, ist, fst, stop_done):
+    """EventLoop.run for one replica until `stop_done` requests have left or nothing is left; returns 0 when the
+    run is over, 1 when stopped early (call again to go on), 2 when requests are left that can never be scheduled,
+    3 when a decode stretch outgrew its segment."""
+    nbmax = kn[NBMAX]
+    kbuf = np.empty(nbmax, np.int64)  # keys of one request's blocks
+    hbuf = np.empty(nbmax, np.int64)  # its cache hits
+    evbuf = np.empty(nbmax, np.int64)  # keys a take evicts (unread without host tiers)
+    skip = np.empty(wq.shape[0], np.int64)  # waiting requests an admission passes over
+    mns = kn[MNS] + 1
+    pn, pc, dc = np.empty(mns, np.int64), np.empty(mns, np.int64), np.empty(mns, np.int64)
+    flbuf = np.empty(2 * mns + 8, np.float64)  # a step's FLOP terms, then fsum's partials
+    dts = np.empty(FAST_FORWARD_STEPS + 2, np.float64)  # a stretch's step seconds
+    kvs, fls = np.empty(FAST_FORWARD_STEPS + 2, np.int64), np.empty(FAST_FORWARD_STEPS + 2, np.int64)
+    while ist[NARR] > 0 or ist[HAS_END] or ist[DUE]:
+        if ist[DONE] >= stop_done:
+            return 1
+        t_arr = ht[0] if ist[NARR] > 0 else math.inf
+        t_next = min(t_arr, fst[END_T] if ist[HAS_END] else math.inf)
+        if ist[DUE] and t_next > fst[DUE_T]:
+            ist[DUE] = 0
+            if _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, wq, run, ist, fst, bat,
+                     bcnt, pre, nxt, gap, ht, hr, kind, pp, wbt, kv_at, fl_at, win, whole, pn, pc, dc, flbuf, dts,
+                     kvs, fls, fst[DUE_T]) < 0:
+                return 3
+            continue
+        if ist[HAS_END] and (ist[NARR] == 0 or fst[END_T] <= t_arr):  # ends before arrivals of the same time
+            now = fst[END_T]
+            ist[HAS_END] = 0
+            r = -1
+        else:
+            now, r = _pop(ht, hr, ist)
+        if not ist[HAVE_T0]:
+            ist[HAVE_T0] = 1
+            fst[LAST_T] = fst[T0] = now
+        fst[DUE_T] = now
+        if r < 0:
+            ist[DUE] = 1
+            continue
+        # EventLoop.arrive
+        rt[r, ARR] = now
+        fst[AREA] += ist[IN_SYS] * (now - fst[LAST_T])
+        fst[LAST_T] = now
+        ist[IN_SYS] += 1
+        if refuse[r]:
+            rq[r, FIN] = 2
+            _leave(rq, rt, nxt, gap, ht, hr, ist, fst, r, now)
+            continue
+        rq[r, WHERE] = 1
+        _wq_append(wq, ist, r, False)
+        if fst[BUSY_UNTIL] < 0:
+            ist[DUE] = 1
+    if ist[NRUN] or ist[WCOUNT]:
+        return 2
+    return 0
+
+
+# -- the Python side ----------------------------------------------------------------------------------------------
+def longest_request(trace, knobs) -> int:
+    """The most tokens a request of `trace` can hold (prompt + output, capped at max_model_len)."""
+    if not len(trace):
+        return 1
+    return int(np.max(np.minimum(np.asarray(trace.input_tokens, np.int64)
+                                 + np.maximum(np.asarray(trace.output_tokens, np.int64), 1), knobs.max_model_len)))
+
+
+def unsupported(cfg, model, trace, knobs, *, host: bool, logging: bool) -> str | None:
+    """Why this run needs the Python loop (None: the compiled loop runs it)."""
+    from .stepmodel import AffineStepModel
+    from .steptime.roofline import TABLE_MAX, Roofline
+    if not ENABLED:
+        return "numba is off"
+    if cfg.replicas != 1:
+        return "several replicas"
+    if host:
+        return "host tiers"
+    if logging:
+        return "a per-step log"
+    if type(model) is Roofline:
+        if longest_request(trace, knobs) + 1 >= TABLE_MAX:
+            return "contexts past the roofline's tables"
+        return None
+    if type(model) is AffineStepModel:
+        return None
+    return f"a {type(model).__name__} step model"
+
+
+def _pricing(model, trace, knobs):
+    """(kind, float parameters, weight bytes by step tokens, KV bytes by context, decode FLOPs by context, windows)
+    for the compiled pricing of `model` (AffineStepModel or Roofline)."""
+    from .stepmodel import AffineStepModel
+    none_i, none_f = np.zeros(1, np.int64), np.zeros(1)
+    win = np.zeros((0, 2), np.int64)
+    if isinstance(model, AffineStepModel):
+        pp = np.array([model.overhead_s, model.prefill_token_s, model.decode_request_s, model.context_token_s, 0, 0],
+                      float)
+        return AFFINE, pp, none_f, none_i, none_f, win
+    model._tables([longest_request(trace, knobs) + 1], [])  # every context a step of this trace can price
+    kv_at, fl_at = model._kv_np, model._fl_np
+    if kv_at.dtype != np.int64:
+        kv_at = kv_at.astype(np.int64)
+    wbt = np.array([model.weight_read_bytes(t) for t in range(knobs.max_num_batched_tokens + 1)], float)
+    kind = ROOFLINE_V4 if model.v4 is not None else ROOFLINE
+    per_key = 0
+    if model.v4 is None:
+        model._keys_flops(np.ones(1))  # groups the layers by window
+        win = np.array([[w or 0, n] for w, n in model._windows.items()], np.int64).reshape(-1, 2)
+        per_key = model._per_key
+    pp = np.array([model.overhead_ms, 2 * model.active_params(), model.tp,
+                   model.gpu.hbm_bytes_per_s * model.memory_efficiency, model.peak * model.compute_efficiency,
+                   per_key], float)
+    return kind, pp, wbt, kv_at, np.asarray(fl_at, float), win
+
+
+def prompt_key_counts(trace, block_size: int, caching: bool) -> np.ndarray:
+    """[R] how many full prompt blocks of each request have keys (len(kvlab.serving.replica.prompt_keys)); 0
+    without prefix information."""
+    R = len(trace)
+    if not caching:
+        return np.zeros(R, np.int64)
+    inp = np.asarray(trace.input_tokens, np.int64)
+    T = np.diff(np.asarray(trace.block_offsets, np.int64))  # [R] trace blocks per request
+    span = T * trace.block_tokens - block_size  # keys end at or before the trace's last block
+    return np.where(span >= 0, np.minimum(inp // block_size, span // block_size + 1), 0).astype(np.int64)
+
+
+def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching: bool, fast_forward: bool,
+                 progress=None, chunk: int = 20_000):
+    """Run the whole trace through one replica in the compiled loop, filling the simulator's arrays `a`; returns
+    (steps, area, t0, t_end, busy seconds, preemptions). `progress`: an object with update(n) (tqdm)."""
+    from ..errors import ParameterError
+    R = len(trace)
+    rq = np.zeros((R, RQ_COLS), np.int64)
+    rq[:, PROMPT] = a.input
+    rq[:, MAXT] = a.output
+    rq[:, HIT] = -1
+    rq[:, SLOT] = -1
+    rq[:, NKEYS] = prompt_key_counts(trace, knobs.block_size, caching)
+    rt = np.full((R, 4), np.nan)
+    rt[:, START] = -1.0
+    kind, pp, wbt, kv_at, fl_at, win = _pricing(model, trace, knobs)
+    # decode FLOPs summed exactly in int64: whole numbers, and no batch's sum can reach 2^63
+    whole = kind != AFFINE and bool(np.all(np.floor(fl_at) == fl_at)) and \
+        float(fl_at.max()) * (knobs.max_num_seqs + 1) < 2.0 ** 62
+    kn = np.array([knobs.block_size, knobs.max_num_seqs, knobs.max_num_batched_tokens, knobs.max_model_len,
+                   knobs.enable_prefix_caching, knobs.async_scheduling, knobs.enable_chunked_prefill,
+                   knobs.long_prefill_token_threshold, knobs.reserve_full_isl, trace.block_tokens,
+                   trace.has_prefixes, kind, fast_forward, cdiv(longest_request(trace, knobs), knobs.block_size) + 2],
+                  np.int64)
+    ids = np.asarray(trace.block_ids if trace.block_ids is not None else np.zeros(1), np.int64)
+    off = np.asarray(trace.block_offsets if trace.block_offsets is not None else np.zeros(R + 1), np.int64)
+    ht, hr = np.empty(R + 1), np.empty(R + 1, np.int64)
+    ist = np.zeros(18, np.int64)
+    fst = np.zeros(9)
+    fst[BUSY_UNTIL] = -1.0
+    t0 = np.array([t for t, _, _ in arrivals], float)
+    r0 = np.array([r for _, _, r in arrivals], np.int64)
+    order = np.lexsort((r0, t0))  # sorted by (time, request): a binary heap already
+    ht[:len(order)], hr[:len(order)] = t0[order], r0[order]
+    ist[NARR] = len(order)
+    wq = np.empty(R + 1, np.int64)
+    run = np.empty(knobs.max_num_seqs + 1, np.int64)
+    bat = np.zeros((2, knobs.max_num_seqs + 1, 5), np.int64)
+    bcnt = np.zeros(2, np.int64)
+    pre = np.empty(knobs.max_num_seqs + 1, np.int64)
+    pool = BlockPool(knobs.num_blocks, knobs.enable_prefix_caching)
+    tabs = List([pool.tab])
+    bts = List([np.empty(0, np.int64) for _ in range(knobs.max_num_seqs + 1)])
+    slots = List(list(range(knobs.max_num_seqs, -1, -1)))
+    refuse = np.asarray(refuse, np.bool_)
+    nxt, gap = np.asarray(nxt, np.int64), np.asarray(gap, float)
+    while True:
+        before = int(ist[DONE])
+        code = _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, win, whole, ht, hr, wq, run,
+                    bat, bcnt, pre, pool.blk, tabs, pool.meta, bts, slots, ist, fst, before + chunk)
+        if progress is not None:
+            progress.update(int(ist[DONE]) - before)
+        if code != 1:
+            break
+    if code == 2:
+        raise ParameterError("replica 0 stopped with requests it can never schedule")
+    if code == 3:
+        raise RuntimeError("a decode run outgrew a request's block segment")
+    a.arrival[:] = rt[:, ARR]
+    a.started = rt[:, START].tolist()
+    a.first_token = rt[:, FIRST].tolist()
+    a.finished = rt[:, FINISH].tolist()
+    a.generated = rq[:, GEN].tolist()
+    a.preempted = rq[:, APRE].tolist()
+    a.rejected[:] = rq[:, FIN] == 2
+    a.replica[:] = np.where(rq[:, FIN] == 2, -1, np.where(np.isnan(rt[:, ARR]), -1, 0))
+    a.hit_tok[:] = rq[:, HITTOK]
+    a.hit_tier_tok[:, 0] = rq[:, HITTOK]
+    a.hit_blocks[:, 0] = rq[:, HITBLK]
+    return (int(ist[STEPS]), float(fst[AREA]), float(fst[T0]) if ist[HAVE_T0] else None, float(fst[T_END]),
+            float(fst[BUSY_S]), int(ist[PREEMPTS]))

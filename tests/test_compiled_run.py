@@ -1,0 +1,154 @@
+"""The serving run's compiled loop (kvlab.serving.compiledrun) against the Python loop it follows
+(kvlab.serving.eventloop.EventLoop over kvlab.serving.scheduler.VllmScheduler, the reference): every per-request
+array, the step count, busy seconds, preemptions and the time-averaged requests in system equal to the last bit on
+pressured and shared-prefix streams under every scheduler knob, with and without the fast-forward, priced by the
+affine model, the unit model and the roofline (dense, windowed and DeepSeek V4 layouts); and vLLM 0.33's own
+decisions on the fixture streams, request for request."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from schedcheck import _config, load, trace_of, unit_steps
+
+from kvlab.errors import ParameterError
+from kvlab.serving import compiledrun
+from kvlab.serving.replica import prompt_keys
+from kvlab.serving.simulator import ServeConfig, deployment_config, simulate_serving
+from kvlab.serving.stepmodel import AffineStepModel
+from kvlab.serving.steptime import step_time
+from kvlab.serving.steptime.roofline import Roofline
+from kvlab.sim.kernels import ENABLED
+from kvlab.sim.traces import Trace, load_trace
+
+pytestmark = pytest.mark.skipif(not ENABLED, reason="numba is off: the Python loop runs every case")
+
+FIELDS = ("arrival_s", "queue_s", "ttft_s", "tpot_s", "e2e_s", "rejected", "output_tokens", "input_tokens",
+          "hit_blocks", "hit_tokens", "busy_s", "request_preemptions", "prefix_hit_tokens")
+
+
+def assert_same(a, b):
+    for f in FIELDS:
+        assert np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True), f
+    assert (a.steps, a.preemptions, a.makespan_s, a.mean_in_system) == (b.steps, b.preemptions, b.makespan_s,
+                                                                         b.mean_in_system)
+    assert a.summary() == b.summary()
+
+
+def pressured(**knobs):
+    """A pool that 300 synthetic agent requests fill: requests wait, some are preempted, prefixes are shared."""
+    return ServeConfig(**{**dict(replicas=1, pool_tokens=24_000, max_num_seqs=32, cache_blocks=(1_500, 0, 0)), **knobs})
+
+
+SLOW_PREFILL = replace(AffineStepModel.fitted(), prefill_token_s=50e-6)
+CASES = {
+    "default": (pressured(), SLOW_PREFILL),
+    "sync": (pressured(async_scheduling=False), SLOW_PREFILL),
+    "first-chunk-admission": (pressured(reserve_full_isl=False), SLOW_PREFILL),
+    "no-prefix-caching": (pressured(prefix_caching=False), SLOW_PREFILL),
+    "long-prefill-threshold": (pressured(long_prefill_token_threshold=256), SLOW_PREFILL),
+    "no-chunked-prefill": (pressured(chunked_prefill=False, max_num_batched_tokens=32_768), SLOW_PREFILL),
+    "max-model-len": (pressured(max_model_len=6_000), SLOW_PREFILL),  # long prompts refused, outputs capped
+    "tiny-pool": (ServeConfig(replicas=1, pool_tokens=16_000, max_num_seqs=64, cache_blocks=(1_000, 0, 0)),
+                  AffineStepModel.fitted()),
+    "open-loop": (pressured(closed_loop=False), SLOW_PREFILL),
+    "unit-steps": (pressured(page_tokens=32, max_num_seqs=8), unit_steps()),
+}
+
+
+@pytest.mark.parametrize("fast_forward", [True, False], ids=["fast-forward", "step-by-step"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_compiled_loop_gives_the_python_loops_run(name, fast_forward):
+    tr = load_trace("synthetic", limit=300, seed=3)
+    cfg, model = CASES[name]
+    got = simulate_serving(tr, cfg, model, fast_forward=fast_forward, compiled=True)
+    want = simulate_serving(tr, cfg, model, fast_forward=fast_forward, compiled=False)
+    assert_same(got, want)
+    assert got.summary()["completed"] > 0
+    if name in ("default", "tiny-pool"):
+        assert got.preemptions > 0
+    if name == "max-model-len":
+        assert got.rejected.any()
+
+
+def roofline_cases():
+    tr = load_trace("synthetic", limit=200, seed=4)
+    yield "qwen3-8b", tr, replace(deployment_config("qwen3-8b", "h200", tr), pool_tokens=40_000), \
+        step_time("qwen3-8b", "h200", "vllm", source="roofline")
+    # DeepSeek V4.1's layout: chunk FLOPs from the per-context table (compressed entries, indexer)
+    yield "v41-flash", tr, replace(deployment_config("deepseek-v4.1-flash", "h200", tr, tp=4), pool_tokens=60_000), \
+        step_time("deepseek-v4.1-flash", "h200", "vllm", 4, source="roofline")
+    # sliding-window layers: chunk FLOPs grouped by window; weights given (no estimate for this model)
+    yield "gemma-3-27b-windows", tr, pressured(), Roofline("gemma-3-27b", "h200", "vllm", weights=54_000_000_000)
+
+
+@pytest.mark.parametrize("case", list(roofline_cases()), ids=lambda c: c[0])
+def test_compiled_roofline_prices_every_step_as_the_python_one(case):
+    _, tr, cfg, model = case
+    got = simulate_serving(tr, cfg, model, compiled=True)
+    want = simulate_serving(tr, cfg, model, compiled=False)
+    assert_same(got, want)
+    assert got.steps > 0
+
+
+def test_trace_without_prefixes_hashes_output_blocks_only():
+    """No prefix information: the pool still hashes output blocks (a resumed request re-hits its own)."""
+    tr = load_trace("synthetic", limit=200, seed=6)
+    bare = Trace("bare", tr.timestamps, tr.input_tokens, tr.output_tokens, None, None, session_ids=tr.session_ids)
+    cfg = ServeConfig(replicas=1, pool_tokens=16_000, max_num_seqs=64)
+    got = simulate_serving(bare, cfg, SLOW_PREFILL, compiled=True)
+    want = simulate_serving(bare, cfg, SLOW_PREFILL, compiled=False)
+    assert_same(got, want)
+    assert got.preemptions > 0
+
+
+@pytest.mark.parametrize("s", load(), ids=lambda s: s["name"])
+def test_compiled_loop_agrees_with_vllm(s):
+    """vLLM 0.33's own decisions on the fixture streams (tests/fixtures/vllm_scheduler.json), request for request."""
+    res = simulate_serving(trace_of(s), _config(s["config"]), unit_steps(), compiled=True)
+    pr = s["per_request"]
+    rej = np.array([o["rejected"] for o in pr])
+    np.testing.assert_array_equal(res.rejected, rej)
+    ok = ~rej
+    step = lambda key: np.array([np.nan if o[key] is None else o[key] for o in pr], float)
+    np.testing.assert_array_equal((res.arrival_s + res.ttft_s - 1)[ok], step("first_token")[ok])
+    np.testing.assert_array_equal((res.arrival_s + res.e2e_s - 1)[ok], step("finish")[ok])
+    np.testing.assert_array_equal((res.arrival_s + res.queue_s)[ok], step("admitted")[ok])
+    np.testing.assert_array_equal(res.request_preemptions, [o["preemptions"] for o in pr])
+    np.testing.assert_array_equal(res.prefix_hit_tokens[ok], [o["prefix_hit_tokens"] for o in pr if not o["rejected"]])
+
+
+def test_what_the_compiled_loop_does_not_run_goes_to_the_python_loop():
+    tr = load_trace("synthetic", limit=60, seed=3)
+    for cfg, kw, why in ((replace(pressured(), replicas=2), {}, "several replicas"),
+                         (replace(pressured(), cache_blocks=(1_500, 300, 0)), {}, "host tiers"),
+                         (pressured(), dict(record_steps=True), "a per-step log")):
+        with pytest.raises(ParameterError, match=why):
+            simulate_serving(tr, cfg, SLOW_PREFILL, compiled=True, **kw)
+        simulate_serving(tr, cfg, SLOW_PREFILL, **kw)  # the default falls back
+
+
+def test_exact_sum_is_math_fsum():
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 2, 7, 100, 1000):
+        for scale in (1.0, 1e20):
+            xs = rng.standard_normal(n) * scale * 10.0 ** rng.integers(-20, 20, n)
+            xs = np.concatenate([xs, -xs[: n // 3], [0.1] * (n % 5)])  # cancellation, repeated inexact terms
+            assert compiledrun._fsum(xs, len(xs), np.empty(len(xs) + 1)) == math.fsum(xs.tolist())
+
+
+@pytest.mark.parametrize("trace_block", [16, 48, 512, 4096])
+@pytest.mark.parametrize("block_size", [16, 32])
+def test_key_counts_equal_prompt_keys(trace_block, block_size):
+    rng = np.random.default_rng(trace_block + block_size)
+    inp = rng.integers(1, 20_000, 300)
+    blocks = -(-inp // trace_block) - rng.integers(0, 2, 300)  # some traces stop short of the prompt
+    blocks = np.maximum(blocks, 0)
+    off = np.concatenate([[0], np.cumsum(blocks)])
+    tr = Trace("t", np.zeros(300), inp, np.ones(300, np.int64), off, np.arange(off[-1]), block_tokens=trace_block)
+    got = compiledrun.prompt_key_counts(tr, block_size, True)
+    want = [len(prompt_keys(tr.block_ids[off[r]:off[r + 1]], int(inp[r]), block_size, trace_block)) for r in range(300)]
+    np.testing.assert_array_equal(got, want)
