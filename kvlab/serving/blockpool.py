@@ -227,6 +227,26 @@ def _hit(tab, keys, out):
 
 
 @_leaf
+def _hit_held(tab, blk, keys, out, need):
+    """`_hit` counting the blocks of the run that a request holds, stopping early when fewer than `need` could be
+    held even if every key left hit a held block; returns (m, held, short), short when it stopped early (out[:m]
+    is then a part of the run). For an admission that failed before: one pass, but each block read waits on its
+    probe, so a first try takes `_hit` and `_idle`."""
+    n = keys.shape[0]
+    held = 0
+    for i in range(n):
+        if held + n - i < need:
+            return i, held, True
+        s, found = _slot(tab, keys[i])
+        if not found:
+            return i, held, False
+        b = tab[s, 1]
+        out[i] = b
+        held += blk[b, REF] > 0
+    return n, held, False
+
+
+@_leaf
 def _cache_one(blk, tab, meta, b, k):
     """Hash block b under key k: k's first block if k is new, else after its others; a hashed block keeps its
     hash. Returns whether b was hashed now."""

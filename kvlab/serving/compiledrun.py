@@ -24,7 +24,8 @@ import numpy as np
 
 from ..checks import cdiv
 from ..sim.kernels import ENABLED
-from .blockpool import (FREE, USED, _cache, _decode_run, _free, _hit, _idle, _leaf, _output_key, _rehash, _take,
+from .blockpool import (FREE, USED, _cache, _decode_run, _free, _hit, _hit_held, _idle, _leaf, _output_key, _rehash,
+                        _take,
                         _touch, BlockPool)
 
 if ENABLED:
@@ -39,8 +40,8 @@ else:  # pragma: no cover - without numba the Python loop runs every case
 
 # columns of the per-request int64 rows (rq)
 (PROMPT, MAXT, COMP, OUT, PH, INFL, STALE, NB, CU, FIN, HIT, PRE, SLOT, WHERE, NKEYS, GEN, APRE, HITTOK,
- HITBLK) = range(19)
-RQ_COLS = 19
+ HITBLK, FAILED) = range(20)
+RQ_COLS = 20
 # columns of the per-request float rows (rt)
 ARR, START, FIRST, FINISH = range(4)
 # knobs (kn)
@@ -260,16 +261,15 @@ def _release(rq, bts, slots, blk, meta, r):
 
 
 @_compiled
-def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, r, n, hit, reserve):
-    """VllmScheduler._allocate without host tiers: blocks for n more tokens of r after its cache hits `hit`, or
-    False when they do not fit."""
+def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, r, n, hit, evict, reserve):
+    """VllmScheduler._allocate without host tiers: blocks for n more tokens of r after its cache hits `hit`, of
+    which `evict` sit in the free queue (`_hit`'s count), or False when they do not fit."""
     bs, mml = kn[BS], kn[MML]
     nh = hit.shape[0]
     computed = rq[r, COMP] + nh * bs
     need = min(computed + n, mml)
     nb = rq[r, NB]
     new = (need + bs - 1) // bs - nh - nb
-    evict = _idle(blk, hit) if nh else 0
     want = max(new, 0) + evict
     free = meta[FREE]
     tokens = rq[r, PROMPT] + rq[r, OUT]
@@ -439,7 +439,7 @@ def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
             i += 1
             continue
         ok = True
-        while not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, r, n, hbuf[:0], False):
+        while not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, r, n, hbuf[:0], 0, False):
             ist[NRUN] -= 1
             victim = run[ist[NRUN]]
             _preempt(rq, bts, slots, blk, meta, wq, ist, victim)
@@ -464,20 +464,31 @@ def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
                 nskip += 1
                 continue
             tokens = rq[r, PROMPT] + rq[r, OUT]
-            nh = 0
+            nh = held = 0
             if rq[r, COMP] == 0 and caching:
                 keys = kbuf[:(tokens - 1) // bs]
                 _keys(keys, rq, ids, off, r, 0, keys.shape[0], kn[TB], bs)
-                nh = _hit(tabs[0], keys, hbuf)
+                if rq[r, FAILED] and kn[RESERVE]:
+                    # full-input admission fails iff its blocks less the hits held exceed the free blocks: a head
+                    # that failed before stops its walk once that is certain (a failed admission changes nothing
+                    # and stops admission, as this does)
+                    need = (min(tokens, mml) + bs - 1) // bs - meta[FREE]
+                    nh, held, short = _hit_held(tabs[0], blk, keys, hbuf, need)
+                    if short:
+                        break
+                else:
+                    nh = _hit(tabs[0], keys, hbuf)
+                    held = nh - _idle(blk, hbuf[:nh])
             n = whole = tokens - nh * bs - rq[r, COMP]
             if 0 < threshold < n:
                 n = threshold
             if not kn[CHUNKED] and n > budget:
                 break
             n = min(n, budget)
-            if not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, r, n, hbuf[:nh],
+            if not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, r, n, hbuf[:nh], nh - held,
                              kn[RESERVE] != 0):
                 stuck = kn[RESERVE] != 0 or n == whole
+                rq[r, FAILED] = 1
                 break
             _wq_popleft(wq, ist)
             rq[r, COMP] += nh * bs
