@@ -33,6 +33,7 @@ FIELDS = ("arrival_s", "queue_s", "ttft_s", "tpot_s", "e2e_s", "rejected", "outp
 def assert_same(a, b):
     for f in FIELDS:
         assert np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True), f
+    assert a.moved_bytes == b.moved_bytes
     assert (a.steps, a.preemptions, a.makespan_s, a.mean_in_system) == (b.steps, b.preemptions, b.makespan_s,
                                                                          b.mean_in_system)
     assert a.summary() == b.summary()
@@ -56,6 +57,12 @@ CASES = {
                   AffineStepModel.fitted()),
     "open-loop": (pressured(closed_loop=False), SLOW_PREFILL),
     "unit-steps": (pressured(page_tokens=32, max_num_seqs=8), unit_steps()),
+    # host tiers behind the pool (no per-block history): the pool's evictions sink to DRAM, then SSD, then out
+    "dram": (pressured(cache_blocks=(1_500, 400, 0)), SLOW_PREFILL),
+    "dram-ssd": (pressured(cache_blocks=(1_500, 100, 200)), SLOW_PREFILL),
+    "ssd-only": (pressured(cache_blocks=(1_500, 0, 300)), SLOW_PREFILL),
+    "dram-ssd-fifo-sync": (pressured(cache_blocks=(1_500, 50, 80), policy="fifo", async_scheduling=False),
+                           SLOW_PREFILL),
 }
 
 
@@ -72,6 +79,9 @@ def test_compiled_loop_gives_the_python_loops_run(name, fast_forward):
         assert got.preemptions > 0
     if name == "max-model-len":
         assert got.rejected.any()
+    if name.startswith(("dram", "ssd")):
+        assert got.hit_blocks[1:].sum() > 0 and sum(got.moved_bytes.values()) > 0
+        assert got.moved_bytes == want.moved_bytes
 
 
 def roofline_cases():
@@ -124,7 +134,9 @@ def test_compiled_loop_agrees_with_vllm(s):
 def test_what_the_compiled_loop_does_not_run_goes_to_the_python_loop():
     tr = load_trace("synthetic", limit=60, seed=3)
     for cfg, kw, why in ((replace(pressured(), replicas=2), {}, "several replicas"),
-                         (replace(pressured(), cache_blocks=(1_500, 300, 0)), {}, "host tiers"),
+                         (replace(pressured(), cache_blocks=(1_500, 300, 0), ttl_s=5.0), {}, "host tiers"),
+                         (replace(pressured(), cache_blocks=(1_500, 300, 0), admission="second"), {}, "host tiers"),
+                         (replace(pressured(), cache_blocks=(1_500, 300, 0), policy="s3fifo"), {}, "host tiers"),
                          (pressured(), dict(record_steps=True), "a per-step log")):
         with pytest.raises(ParameterError, match=why):
             simulate_serving(tr, cfg, SLOW_PREFILL, compiled=True, **kw)

@@ -92,7 +92,8 @@ def test_dram_tier_raises_hits_and_holds_the_pools_evictions(monkeypatch):
     monkeypatch.setattr(HostTiers, "evicted", spy)
     without = simulate_serving(tr, ServeConfig(**base), unit_steps())
     assert not seen
-    tiered = simulate_serving(tr, ServeConfig(**base, cache_blocks=(0, 100_000, 0)), unit_steps())
+    tiered = simulate_serving(tr, ServeConfig(**base, cache_blocks=(0, 100_000, 0)), unit_steps(),
+                              compiled=False)  # the Python HostTiers spied on
     assert seen, "the pool evicted nothing: the stream is not pressured"
     s, w = tiered.summary(), without.summary()
     assert w["dram_hit_tokens"] == 0 and s["dram_hit_tokens"] > 0
@@ -117,7 +118,7 @@ def test_admission_looks_past_the_pool_hit_only_where_nothing_reads_history(monk
         assert not any(map(self.stack.where.__contains__, keys[:start].tolist())), "a pool hit in a host tier"
         return orig(self, keys, start, run)
     monkeypatch.setattr(HostTiers, "admit", spy)
-    fast = simulate_serving(tr, ServeConfig(**base), unit_steps())
+    fast = simulate_serving(tr, ServeConfig(**base), unit_steps(), compiled=False)  # the Python HostTiers spied on
     full = simulate_serving(tr, ServeConfig(**base, ttl_s=1e15), unit_steps())
     assert fast.hit_blocks.tolist() == full.hit_blocks.tolist() and fast.hit_blocks[1] > 0
     assert fast.moved_bytes == full.moved_bytes and fast.steps == full.steps

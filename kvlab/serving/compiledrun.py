@@ -1,20 +1,24 @@
-"""The serving simulator's run as one compiled (numba) loop: the event loop, vLLM's scheduler and the step pricing
-of one replica, for the runs that need nothing Python-only.
+"""The serving simulator's run as one compiled (numba) loop: the event loop, vLLM's scheduler, host tiers and the
+step pricing of one replica, for the runs that need nothing Python-only.
 
-kvlab.serving.eventloop.EventLoop driving kvlab.serving.scheduler.VllmScheduler is the reference: this module
-follows it rule for rule, over the same compiled block pool (kvlab.serving.blockpool's kernels, its decode stretch
-`_decode_run` included), and gives the same figures to the last bit (tests/test_compiled_run.py holds every
-per-request array, the step count, busy seconds and the time-averaged requests in system equal on pressured,
-shared-prefix, async and sync, chunked and unchunked streams, and the vLLM fixture streams' per-request steps).
-What the Python loop spends per step (forming a Batch of dicts and sets, pricing it, applying it) is a few array
-writes here, so a million-request trace runs in the time its block operations take.
+kvlab.serving.eventloop.EventLoop driving kvlab.serving.scheduler.VllmScheduler (with kvlab.serving.hosttiers) is
+the reference: this module follows it rule for rule, over the same compiled block pool (kvlab.serving.blockpool's
+kernels, its decode stretch `_decode_run` included), and gives the same figures to the last bit
+(tests/test_compiled_run.py holds every per-request array, the step count, busy seconds, bytes moved between tiers
+and the time-averaged requests in system equal on pressured, shared-prefix, async and sync, chunked and unchunked
+streams with and without DRAM / SSD tiers, and vLLM's fixture streams request for request). What the Python loop
+spends per step (a Batch of dicts and sets, pricing it, applying it) is a few array writes here, so a
+million-request trace runs in about the time its block operations take.
 
-Runs it covers (`unsupported` says why not, and the caller falls back to the Python loop): one replica, no DRAM /
-SSD tiers, no per-step log, steps priced by the affine model (the unit model is one) or kvlab's roofline within its
-per-context tables (contexts below kvlab.serving.steptime.roofline.TABLE_MAX). Request state lives in rows of
-int64 arrays (one row per request), the waiting queue is a ring, running requests an array in admission order, a
-request's block table one of max_num_seqs reusable buffers. The loop's state sits in arrays between calls, so the
-caller can run it a slice of requests at a time (the progress bar).
+Runs it covers (`unsupported` says why not, and the caller falls back to the Python loop): one replica, no per-step
+log, host tiers without per-block history (admission "all", no TTL) under LRU or FIFO, steps priced by the affine
+model (the unit model is one) or kvlab's roofline within its per-context tables (contexts below
+kvlab.serving.steptime.roofline.TABLE_MAX). Request state lives in rows of int64 arrays (one row per request), the
+waiting queue is a ring, running requests an array in admission order, a request's block table one of
+max_num_seqs reusable buffers; host tiers are one key table and two linked lists (DRAM's and SSD's, least recent
+first). Without per-block history time plays no part in them, and an LRU tier behaves as a FIFO one: the pool
+places, hashing and admission remove, nothing looks a host block up in place. The loop's state sits in arrays
+between calls, so the caller runs it a slice of requests at a time (the progress bar).
 """
 from __future__ import annotations
 
@@ -24,9 +28,8 @@ import numpy as np
 
 from ..checks import cdiv
 from ..sim.kernels import ENABLED
-from .blockpool import (FREE, USED, _cache, _decode_run, _free, _hit, _hit_held, _idle, _leaf, _output_key, _rehash,
-                        _take,
-                        _touch, BlockPool)
+from .blockpool import (EVICTED, FREE, USED, _cache, _decode_run, _free, _hit, _hit_held, _idle, _leaf, _output_key,
+                        _rehash, _remove_slot, _slot, _take, _touch, BlockPool)
 
 if ENABLED:
     from numba import njit
@@ -40,8 +43,9 @@ else:  # pragma: no cover - without numba the Python loop runs every case
 
 # columns of the per-request int64 rows (rq)
 (PROMPT, MAXT, COMP, OUT, PH, INFL, STALE, NB, CU, FIN, HIT, PRE, SLOT, WHERE, NKEYS, GEN, APRE, HITTOK,
- HITBLK, FAILED) = range(20)
-RQ_COLS = 20
+ FAILED) = range(19)
+TIERTOK, TIERBLK = 19, 22  # prefix-hit tokens and trace blocks per tier (HBM, DRAM, SSD): three columns each
+RQ_COLS = 25
 # columns of the per-request float rows (rt)
 ARR, START, FIRST, FINISH = range(4)
 # knobs (kn)
@@ -52,7 +56,11 @@ ARR, START, FIRST, FINISH = range(4)
 # float loop state (fst)
 (LAST_T, T0, AREA, T_END, DUE_T, END_T, BUSY_UNTIL, BUSY_S, MIN_GAP) = range(9)
 # batch entry fields (bat[b, e])
-B_RID, B_N, B_SAMPLE, B_DECODE, B_HIT = range(5)
+B_RID, B_N, B_SAMPLE, B_DECODE, B_HIT, B_DRAM, B_SSD = range(7)  # B_DRAM, B_SSD: blocks loaded (-1: none)
+# host tiers: hnode columns, hmeta entries (blocks moved: from HBM to DRAM, DRAM to SSD, DRAM to HBM, SSD to
+# HBM, HBM to SSD), nodes 0-3 the sentinels of DRAM's and SSD's lists (head: least recent)
+H_KEY, H_PREV, H_NEXT, H_TIER = range(4)
+H_COUNT1, H_COUNT2, H_FREE, H_FRESH, H_DROPPED, M_HD, M_DS, M_DH, M_SH, M_HS = range(10)
 # step pricing kinds and their float parameters (pp)
 AFFINE, ROOFLINE, ROOFLINE_V4 = range(3)
 # affine: overhead, per prefill token, per decode request, per context token
@@ -261,12 +269,15 @@ def _release(rq, bts, slots, blk, meta, r):
 
 
 @_compiled
-def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, r, n, hit, evict, reserve):
-    """VllmScheduler._allocate without host tiers: blocks for n more tokens of r after its cache hits `hit`, of
-    which `evict` sit in the free queue (`_hit`'s count), or False when they do not fit."""
+def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hnode, hmeta, hcap, r, n, hit,
+              evict, reserve, ext, admit, got):
+    """VllmScheduler._allocate: blocks for n more tokens of r after its cache hits `hit` (of which `evict` sit in the
+    free queue: `_hit`'s count) and `ext` blocks found in host tiers, or False when they do not fit. `admit`: r
+    is taken from the waiting queue with nothing computed (host tiers take its blocks out: got = [loaded from
+    DRAM, from SSD])."""
     bs, mml = kn[BS], kn[MML]
     nh = hit.shape[0]
-    computed = rq[r, COMP] + nh * bs
+    computed = rq[r, COMP] + (nh + ext) * bs
     need = min(computed + n, mml)
     nb = rq[r, NB]
     new = (need + bs - 1) // bs - nh - nb
@@ -279,6 +290,11 @@ def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, r, n, 
             return False
     if want > free:
         return False
+    if admit and host:  # the prompt's keys past the pool hit
+        nk = rq[r, NKEYS]
+        keys = kbuf[:max(nk - nh, 0)]
+        _keys(keys, rq, ids, off, r, nh, nh + keys.shape[0], kn[TB], bs)
+        _h_admit(htab, hnode, hmeta, keys, ext, got)
     known = rq[r, CU]
     if nh:
         _touch(blk, meta, hit)
@@ -286,18 +302,124 @@ def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, r, n, 
             known += nh
         _room(rq, bts, slots, kn, r, nh)[:] = hit
     if new > 0:
-        _take(blk, tabs[0], meta, _room(rq, bts, slots, kn, r, new), evbuf)
+        nev = _take(blk, tabs[0], meta, _room(rq, bts, slots, kn, r, new), evbuf)
+        if host:
+            for e in range(nev):
+                if evbuf[e] >= 0:  # prompt blocks: output blocks never reach host tiers
+                    _h_place(htab, hnode, hmeta, hcap, evbuf[e])
     full_blocks = min(computed + n, tokens) // bs
     cu = rq[r, CU]
     if full_blocks > cu:
         lo = cu + max(min(known, full_blocks) - cu, 0)
-        if kn[CACHING] and full_blocks > lo:
-            keys = kbuf[:full_blocks - lo]
-            _keys(keys, rq, ids, off, r, lo, full_blocks, kn[TB], bs)
-            _room_for(tabs, meta, keys.shape[0])
-            _cache(blk, tabs[0], meta, bts[rq[r, SLOT]][lo:full_blocks], keys)
+        if kn[CACHING] and (full_blocks > lo or host):
+            keys = kbuf[:full_blocks - cu]
+            _keys(keys, rq, ids, off, r, cu, full_blocks, kn[TB], bs)
+            _room_for(tabs, meta, full_blocks - lo)
+            _cache(blk, tabs[0], meta, bts[rq[r, SLOT]][lo:full_blocks], keys[lo - cu:])
+            if host:  # HostTiers.hashed; the hits' keys are in the pool, which leaves them no host copy
+                for i in range(lo - cu, keys.shape[0]):
+                    _h_drop(htab, hnode, hmeta, keys[i])
         rq[r, CU] = full_blocks
     return True
+
+
+# -- host tiers (kvlab.serving.hosttiers.HostTiers under LRU or FIFO, no per-block history) -------------------------
+@_leaf
+def _h_unlink(hnode, x):
+    p, n = hnode[x, H_PREV], hnode[x, H_NEXT]
+    hnode[p, H_NEXT] = n
+    hnode[n, H_PREV] = p
+
+
+@_leaf
+def _h_append(hnode, hmeta, t, x):
+    """Node x becomes tier t's most recent (t: 1 DRAM, 2 SSD; its list's sentinels are nodes 2t - 2, 2t - 1)."""
+    tail = 2 * t - 1
+    p = hnode[tail, H_PREV]
+    hnode[p, H_NEXT] = x
+    hnode[x, H_PREV] = p
+    hnode[x, H_NEXT] = tail
+    hnode[tail, H_PREV] = x
+    hnode[x, H_TIER] = t
+    hmeta[H_COUNT1 + t - 1] += 1
+
+
+@_leaf
+def _h_release(htab, hnode, hmeta, s, x):
+    """Drop node x (in table slot s) from its tier and from the table."""
+    _h_unlink(hnode, x)
+    hmeta[H_COUNT1 + hnode[x, H_TIER] - 1] -= 1
+    _remove_slot(htab, s)
+    hnode[x, H_NEXT] = hmeta[H_FREE]
+    hmeta[H_FREE] = x
+
+
+@_leaf
+def _h_place(htab, hnode, hmeta, hcap, key):
+    """TierStack.place_many of one key the pool evicted (a prompt block): stored as DRAM's most recent (else SSD's),
+    the least recent of a full tier sinking to the next one or dropped past the last."""
+    t = 1 if hcap[1] else 2 if hcap[2] else 3
+    if t == 3:
+        hmeta[H_DROPPED] += 1
+        return
+    hmeta[M_HD if t == 1 else M_HS] += 1
+    x = hmeta[H_FREE]
+    if x >= 0:
+        hmeta[H_FREE] = hnode[x, H_NEXT]
+    else:
+        x = hmeta[H_FRESH]
+        hmeta[H_FRESH] += 1
+    hnode[x, H_KEY] = key
+    s, _ = _slot(htab, key)
+    htab[s, 0] = key
+    htab[s, 1] = x
+    _h_append(hnode, hmeta, t, x)
+    while hmeta[H_COUNT1 + t - 1] > hcap[t]:  # the tier's least recent leaves
+        v = hnode[2 * t - 2, H_NEXT]
+        if t == 1 and hcap[2]:
+            _h_unlink(hnode, v)
+            hmeta[H_COUNT1] -= 1
+            hmeta[M_DS] += 1
+            _h_append(hnode, hmeta, 2, v)
+            t = 2
+        else:
+            s, _ = _slot(htab, hnode[v, H_KEY])
+            _h_release(htab, hnode, hmeta, s, v)
+            hmeta[H_DROPPED] += 1
+
+
+@_leaf
+def _h_drop(htab, hnode, hmeta, key):
+    """HostTiers.hashed of one key: the pool hashed it, so a host copy is stale and dropped."""
+    s, found = _slot(htab, key)
+    if found:
+        _h_release(htab, hnode, hmeta, s, htab[s, 1])
+
+
+@_leaf
+def _h_run(htab, keys):
+    """HostTiers.run: how many leading keys sit in DRAM or SSD."""
+    for i in range(keys.shape[0]):
+        if not _slot(htab, keys[i])[1]:
+            return i
+    return keys.shape[0]
+
+
+@_leaf
+def _h_admit(htab, hnode, hmeta, keys, run, got):
+    """HostTiers.admit without history: every key of keys (the prompt's past its pool hit) found in a host tier is
+    taken out; got = [blocks of the first `run` loaded from DRAM, from SSD]."""
+    got[0] = 0
+    got[1] = 0
+    for i in range(keys.shape[0]):
+        s, found = _slot(htab, keys[i])
+        if found:
+            x = htab[s, 1]
+            t = hnode[x, H_TIER]
+            _h_release(htab, hnode, hmeta, s, x)
+            if i < run:
+                got[t - 1] += 1
+                hmeta[M_DH if t == 1 else M_SH] += 1
 
 
 # -- queues -------------------------------------------------------------------------------------------------------
@@ -406,12 +528,13 @@ def _entry(bat, bcnt, b, r, n, decode, hit):
     bat[b, e, B_SAMPLE] = 0
     bat[b, e, B_DECODE] = decode
     bat[b, e, B_HIT] = hit
+    bat[b, e, B_DRAM] = -1
     bcnt[b] = e + 1
 
 
 @_compiled
-def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, wq, run, ist, bat, bcnt, b,
-              pre):
+def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hnode, hmeta, hcap,
+              got, wq, run, ist, bat, bcnt, b, pre):
     """VllmScheduler.schedule into batch buffer b; the requests it preempted go to pre[:ist[NPRE]]."""
     bcnt[b] = 0
     ist[NPRE] = 0
@@ -439,7 +562,8 @@ def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
             i += 1
             continue
         ok = True
-        while not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, r, n, hbuf[:0], 0, False):
+        while not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hnode, hmeta, hcap, r,
+                            n, hbuf[:0], 0, False, 0, False, got):
             ist[NRUN] -= 1
             victim = run[ist[NRUN]]
             _preempt(rq, bts, slots, blk, meta, wq, ist, victim)
@@ -464,8 +588,9 @@ def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
                 nskip += 1
                 continue
             tokens = rq[r, PROMPT] + rq[r, OUT]
-            nh = held = 0
-            if rq[r, COMP] == 0 and caching:
+            nh = held = ext = 0
+            admit = rq[r, COMP] == 0 and caching != 0
+            if admit:
                 keys = kbuf[:(tokens - 1) // bs]
                 _keys(keys, rq, ids, off, r, 0, keys.shape[0], kn[TB], bs)
                 if rq[r, FAILED] and kn[RESERVE]:
@@ -479,25 +604,30 @@ def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
                 else:
                     nh = _hit(tabs[0], keys, hbuf)
                     held = nh - _idle(blk, hbuf[:nh])
-            n = whole = tokens - nh * bs - rq[r, COMP]
+                if host:  # the run continues in DRAM / SSD
+                    ext = _h_run(htab, keys[nh:])
+            n = whole = tokens - (nh + ext) * bs - rq[r, COMP]
             if 0 < threshold < n:
                 n = threshold
             if not kn[CHUNKED] and n > budget:
                 break
             n = min(n, budget)
-            if not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, r, n, hbuf[:nh], nh - held,
-                             kn[RESERVE] != 0):
-                stuck = kn[RESERVE] != 0 or n == whole
+            if not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hnode, hmeta, hcap,
+                             r, n, hbuf[:nh], nh - held, kn[RESERVE] != 0, ext, admit, got):
+                stuck = kn[RESERVE] != 0 or (n == whole and ext == 0)
                 rq[r, FAILED] = 1
                 break
             _wq_popleft(wq, ist)
-            rq[r, COMP] += nh * bs
+            rq[r, COMP] += (nh + ext) * bs
             if rq[r, HIT] < 0:
                 rq[r, HIT] = rq[r, COMP]
             run[ist[NRUN]] = r
             ist[NRUN] += 1
             rq[r, WHERE] = 2
             _entry(bat, bcnt, b, r, n, 0, rq[r, COMP])
+            if ext:
+                bat[b, bcnt[b] - 1, B_DRAM] = got[0]
+                bat[b, bcnt[b] - 1, B_SSD] = got[1]
             budget -= n
         for q in range(nskip - 1, -1, -1):
             _wq_append(wq, ist, skip[q], True)
@@ -582,7 +712,7 @@ def _decode_room(rq, kn, run, ist, meta, bat, bcnt, most):
 
 
 @_compiled
-def _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m):
+def _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m, host, htab, hnode, hmeta, hcap):
     """VllmScheduler.skip_decodes without host tiers: up to m decode steps of the running batch at once; returns
     how many (fewer where the free queue runs short), or -1 when a request outgrew its segment."""
     bs, mml, caching = kn[BS], kn[MML], kn[CACHING]
@@ -625,11 +755,17 @@ def _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m):
                 _keys(pk[koff[q]:koff[q + 1]], rq, ids, off, r, lo, lo + koff[q + 1] - koff[q], kn[TB], bs)
         _room_for(tabs, meta, seg.shape[0])
         scratch = np.empty(seg.shape[0] + 1, np.int64)
-        log = np.empty((3, 0), np.int64)
-        m, _, _ = _decode_run(blk, tabs[0], meta, m, bs, mml, caching != 0, c1, t1, nba, cua, rid, nk, cu0, seg,
-                              soff, pk, koff, scratch, log, False)
+        log = np.empty((3, 2 * seg.shape[0] if host else 0), np.int64)
+        m, ne, _ = _decode_run(blk, tabs[0], meta, m, bs, mml, caching != 0, c1, t1, nba, cua, rid, nk, cu0, seg,
+                               soff, pk, koff, scratch, log, host != 0)
         if m < 0:
             return -1
+        for e in range(ne):  # host tiers told in order: keys the stretch evicted, keys it hashed
+            if log[0, e] == EVICTED:
+                if log[2, e] >= 0:
+                    _h_place(htab, hnode, hmeta, hcap, log[2, e])
+            else:
+                _h_drop(htab, hnode, hmeta, log[2, e])
         for q in range(na):
             r = act[q]
             add = nba[q] - rq[r, NB]
@@ -646,21 +782,22 @@ def _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m):
 
 # -- the replica's step and the event loop ------------------------------------------------------------------------
 @_compiled
-def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, wq, run, ist, fst, bat, bcnt, pre,
-          nxt, gap, ht, hr, kind, pp, wbt, kv_at, fl_at, win, whole, pn, pc, dc, flbuf, dts, kvs, fls, now):
+def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hnode, hmeta, hcap,
+          hread, got, wq, run, ist, fst, bat, bcnt, pre, nxt, gap, ht, hr, kind, pp, wbt, kv_at, fl_at, win, whole, pn, pc,
+          dc, flbuf, dts, kvs, fls, now):
     """VllmReplica.step and EventLoop.step_vllm at `now`: apply what is due, schedule, price, fast-forward."""
     asy = kn[ASYNC]
     if ist[INFL_ON] and not asy:
         _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
         ist[INFL_ON] = 0
     b = 1 - ist[INFL_B]
-    _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, wq, run, ist, bat, bcnt, b,
-                  pre)
+    _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hnode, hmeta, hcap, got,
+              wq, run, ist, bat, bcnt, b, pre)
     if bcnt[b] == 0 and ist[INFL_ON]:
         _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
         ist[INFL_ON] = 0
-        _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, wq, run, ist, bat, bcnt, b,
-                  pre)
+        _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hnode, hmeta, hcap, got,
+              wq, run, ist, bat, bcnt, b, pre)
     if ist[INFL_ON]:
         _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
     if bcnt[b] > 0:
@@ -671,14 +808,27 @@ def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
     npf = 0
     nd = 0
     tb = kn[TB]
+    load_s = 0.0  # seconds loading host-tier hits into HBM
     for e in range(bcnt[b]):
         r, n = bat[b, e, B_RID], bat[b, e, B_N]
         if bat[b, e, B_HIT] >= 0:
             c = bat[b, e, B_HIT]
+            d, sd = bat[b, e, B_DRAM], bat[b, e, B_SSD]
             if rt[r, START] < 0:
                 rt[r, START] = now
                 rq[r, HITTOK] = c
-                rq[r, HITBLK] = c // tb if kn[HAS_PREFIXES] else 0
+                if d >= 0:  # the run's tail came from DRAM / SSD
+                    bs = kn[BS]
+                    rq[r, TIERTOK] = c - (d + sd) * bs
+                    rq[r, TIERTOK + 1] = d * bs
+                    rq[r, TIERTOK + 2] = sd * bs
+                    for q in range(3):
+                        rq[r, TIERBLK + q] = rq[r, TIERTOK + q] // tb
+                else:
+                    rq[r, TIERTOK] = c
+                    rq[r, TIERBLK] = c // tb if kn[HAS_PREFIXES] else 0
+            if d >= 0:
+                load_s += d * hread[1] + sd * hread[2]
         else:
             c = rq[r, COMP] - n
         if bat[b, e, B_DECODE]:
@@ -693,7 +843,7 @@ def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
     if npf == 0 and nd == 0:
         fst[BUSY_UNTIL] = -1.0
         return 0
-    dt = _price(kind, pp, wbt, kv_at, fl_at, win, whole, pn, pc, npf, dc, nd, 0, flbuf) + 0.0
+    dt = _price(kind, pp, wbt, kv_at, fl_at, win, whole, pn, pc, npf, dc, nd, 0, flbuf) + load_s
     if kn[FAST] and npf == 0:
         k = _decode_room(rq, kn, run, ist, meta, bat, bcnt, FAST_FORWARD_STEPS)
         if k > 0:
@@ -714,7 +864,8 @@ def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
                         priced += cnt
                         chunk *= 2
                     t += dts[m]
-                m = _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m)
+                m = _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m, host, htab, hnode, hmeta,
+                                  hcap)
                 if m < 0:
                     return -1
                 if m:
@@ -733,7 +884,7 @@ def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
 
 @_compiled
 def _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, win, whole, ht, hr, wq, run, bat, bcnt,
-         pre, blk, tabs, meta, bts, slots, ist, fst, stop_done):
+         pre, blk, tabs, meta, bts, slots, htab, hnode, hmeta, hcap, hread, ist, fst, stop_done):
     """EventLoop.run for one replica until `stop_done` requests have left or nothing is left; returns 0 when the
     run is over, 1 when stopped early (call again to go on), 2 when requests are left that can never be scheduled,
     3 when a decode stretch outgrew its segment."""
@@ -742,6 +893,8 @@ def _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, wi
     hbuf = np.empty(nbmax, np.int64)  # its cache hits
     evbuf = np.empty(nbmax, np.int64)  # keys a take evicts (unread without host tiers)
     skip = np.empty(wq.shape[0], np.int64)  # waiting requests an admission passes over
+    host = hcap[1] + hcap[2] > 0  # DRAM / SSD behind the pool
+    got = np.zeros(2, np.int64)  # blocks an admission loaded from DRAM, SSD
     mns = kn[MNS] + 1
     pn, pc, dc = np.empty(mns, np.int64), np.empty(mns, np.int64), np.empty(mns, np.int64)
     flbuf = np.empty(2 * mns + 8, np.float64)  # a step's FLOP terms, then fsum's partials
@@ -754,9 +907,9 @@ def _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, wi
         t_next = min(t_arr, fst[END_T] if ist[HAS_END] else math.inf)
         if ist[DUE] and t_next > fst[DUE_T]:
             ist[DUE] = 0
-            if _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, wq, run, ist, fst, bat,
-                     bcnt, pre, nxt, gap, ht, hr, kind, pp, wbt, kv_at, fl_at, win, whole, pn, pc, dc, flbuf, dts,
-                     kvs, fls, fst[DUE_T]) < 0:
+            if _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hnode,
+                     hmeta, hcap, hread, got, wq, run, ist, fst, bat, bcnt, pre, nxt, gap, ht, hr, kind, pp, wbt, kv_at,
+                     fl_at, win, whole, pn, pc, dc, flbuf, dts, kvs, fls, fst[DUE_T]) < 0:
                 return 3
             continue
         if ist[HAS_END] and (ist[NARR] == 0 or fst[END_T] <= t_arr):  # ends before arrivals of the same time
@@ -799,16 +952,17 @@ def longest_request(trace, knobs) -> int:
                                  + np.maximum(np.asarray(trace.output_tokens, np.int64), 1), knobs.max_model_len)))
 
 
-def unsupported(cfg, model, trace, knobs, *, host: bool, logging: bool) -> str | None:
-    """Why this run needs the Python loop (None: the compiled loop runs it)."""
+def unsupported(cfg, model, trace, knobs, *, host, logging: bool) -> str | None:
+    """Why this run needs the Python loop (None: the compiled loop runs it). `host`: the replica's HostTiers or
+    None."""
     from .stepmodel import AffineStepModel
     from .steptime.roofline import TABLE_MAX, Roofline
     if not ENABLED:
         return "numba is off"
     if cfg.replicas != 1:
         return "several replicas"
-    if host:
-        return "host tiers"
+    if host is not None and (host.stack.history or set(host.stack.policies[1:]) - {"lru", "fifo"}):
+        return "host tiers with an admission rule, a TTL or a policy other than LRU / FIFO"
     if logging:
         return "a per-step log"
     if type(model) is Roofline:
@@ -859,10 +1013,11 @@ def prompt_key_counts(trace, block_size: int, caching: bool) -> np.ndarray:
     return np.where(span >= 0, np.minimum(inp // block_size, span // block_size + 1), 0).astype(np.int64)
 
 
-def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching: bool, fast_forward: bool,
+def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching: bool, fast_forward: bool, host=None,
                  progress=None, chunk: int = 20_000):
     """Run the whole trace through one replica in the compiled loop, filling the simulator's arrays `a`; returns
-    (steps, area, t0, t_end, busy seconds, preemptions). `progress`: an object with update(n) (tqdm)."""
+    (steps, area, t0, t_end, busy seconds, preemptions, bytes moved between tiers). `host`: the replica's HostTiers
+    (None: no host tier); `progress`: an object with update(n) (tqdm)."""
     from ..errors import ParameterError
     R = len(trace)
     rq = np.zeros((R, RQ_COLS), np.int64)
@@ -895,7 +1050,7 @@ def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching:
     ist[NARR] = len(order)
     wq = np.empty(R + 1, np.int64)
     run = np.empty(knobs.max_num_seqs + 1, np.int64)
-    bat = np.zeros((2, knobs.max_num_seqs + 1, 5), np.int64)
+    bat = np.zeros((2, knobs.max_num_seqs + 1, 7), np.int64)
     bcnt = np.zeros(2, np.int64)
     pre = np.empty(knobs.max_num_seqs + 1, np.int64)
     pool = BlockPool(knobs.num_blocks, knobs.enable_prefix_caching)
@@ -903,11 +1058,24 @@ def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching:
     bts = List([np.empty(0, np.int64) for _ in range(knobs.max_num_seqs + 1)])
     slots = List(list(range(knobs.max_num_seqs, -1, -1)))
     refuse = np.asarray(refuse, np.bool_)
+    hcap = np.zeros(3, np.int64)  # blocks per host tier: HBM (the pool's), DRAM, SSD
+    hread = np.zeros(3)  # seconds to load one block from each tier
+    if host is not None:
+        hcap[1:] = host.stack.cap[1:]
+        hread[:] = host.read_s
+    slots_h = 1 << max(int(2 * (hcap.sum() + 2)).bit_length(), 4)  # the host key table, at most half full
+    htab = np.full((slots_h, 2), -1, np.int64)
+    hnode = np.zeros((int(hcap.sum()) + 5, 4), np.int64)  # nodes 0-3: the tiers' sentinels
+    for t in (1, 2):
+        hnode[2 * t - 2, H_NEXT], hnode[2 * t - 1, H_PREV] = 2 * t - 1, 2 * t - 2
+    hmeta = np.zeros(10, np.int64)
+    hmeta[H_FREE], hmeta[H_FRESH] = -1, 4
     nxt, gap = np.asarray(nxt, np.int64), np.asarray(gap, float)
     while True:
         before = int(ist[DONE])
         code = _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, win, whole, ht, hr, wq, run,
-                    bat, bcnt, pre, pool.blk, tabs, pool.meta, bts, slots, ist, fst, before + chunk)
+                    bat, bcnt, pre, pool.blk, tabs, pool.meta, bts, slots, htab, hnode, hmeta, hcap, hread, ist, fst,
+                    before + chunk)
         if progress is not None:
             progress.update(int(ist[DONE]) - before)
         if code != 1:
@@ -925,7 +1093,14 @@ def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching:
     a.rejected[:] = rq[:, FIN] == 2
     a.replica[:] = np.where(rq[:, FIN] == 2, -1, np.where(np.isnan(rt[:, ARR]), -1, 0))
     a.hit_tok[:] = rq[:, HITTOK]
-    a.hit_tier_tok[:, 0] = rq[:, HITTOK]
-    a.hit_blocks[:, 0] = rq[:, HITBLK]
+    a.hit_tier_tok[:] = rq[:, TIERTOK:TIERTOK + 3]
+    a.hit_blocks[:] = rq[:, TIERBLK:TIERBLK + 3]
+    moved = {}
+    if host is not None:  # TierStack.moved: bytes per route, in its order (HBM to SSD only once it happened)
+        bb = host.stack.block_bytes
+        moved = {"hbm->dram": bb * int(hmeta[M_HD]), "dram->ssd": bb * int(hmeta[M_DS]),
+                 "dram->hbm": bb * int(hmeta[M_DH]), "ssd->hbm": bb * int(hmeta[M_SH])}
+        if hmeta[M_HS]:
+            moved["hbm->ssd"] = bb * int(hmeta[M_HS])
     return (int(ist[STEPS]), float(fst[AREA]), float(fst[T0]) if ist[HAVE_T0] else None, float(fst[T_END]),
-            float(fst[BUSY_S]), int(ist[PREEMPTS]))
+            float(fst[BUSY_S]), int(ist[PREEMPTS]), moved)

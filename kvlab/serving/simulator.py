@@ -243,8 +243,7 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
     # a completion at time t makes the session's next turn arrive at t + gap or later (closed loop)
     min_gap = float(gap[nxt >= 0].min()) if closed and (nxt >= 0).any() else math.inf
     from . import compiledrun
-    why = compiledrun.unsupported(cfg, steps_model, trace, knobs, host=reps[0].host is not None,
-                                  logging=log is not None)
+    why = compiledrun.unsupported(cfg, steps_model, trace, knobs, host=reps[0].host, logging=log is not None)
     if compiled and why:
         raise ParameterError(f"the compiled loop does not run this: {why}")
     bar = None
@@ -253,15 +252,20 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
         bar = tqdm(total=N, unit="request", desc="serve-sim", mininterval=0.5, smoothing=0.05)
     try:
         if compiled is not False and not why:
-            steps, area, t0, t_end, busy, preemptions = compiledrun.run_compiled(
+            steps, area, t0, t_end, busy, preemptions, moved = compiledrun.run_compiled(
                 trace, a, knobs, steps_model, arrivals, nxt, gap, refused, caching=caching,
-                fast_forward=fast_forward, progress=bar)
+                fast_forward=fast_forward, host=reps[0].host, progress=bar)
             busy_s, preempt = np.array([busy]), preemptions
         else:
             loop = EventLoop(cfg, a, reps, steps_model, arrivals, nxt, gap, refuses, min_gap=min_gap,
                              fast_forward=fast_forward, logging=log is not None, progress=bar).run()
             steps, area, t0, t_end = loop.steps, loop.area, loop.t0, loop.t_end
             busy_s, preempt = np.array([r.busy_s for r in reps]), int(sum(r.preemptions for r in reps))
+            moved = {}
+            for rep in reps:
+                if rep.cache is not None:
+                    for k, v in rep.cache.moved.items():
+                        moved[k] = moved.get(k, 0) + v
     finally:
         if bar is not None:
             bar.close()
@@ -275,11 +279,6 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
         tpot = np.where(ok & (outn > 1), (fin - first) / (outn - 1), np.nan)
     hit_blocks = a.hit_blocks.sum(0)
     hit_tokens = a.hit_tier_tok.sum(0)
-    moved: dict = {}
-    for rep in reps:
-        if rep.cache is not None:
-            for k, v in rep.cache.moved.items():
-                moved[k] = moved.get(k, 0) + v
     span = float(t_end - t0) if t0 is not None else 0.0
     return ServeResult(cfg, a.arrival, queue, ttft, tpot, e2e, a.rejected.copy(),
                        np.where(ok, outn, 0), inp, hit_blocks, hit_tokens, moved, span, busy_s, steps, preempt,
