@@ -102,3 +102,19 @@ def table(rows):
 if __name__ == "__main__":
     print(table([agreement(s) for s in load()]))
     sys.exit(0)
+
+
+def assert_requests_match(res, s):
+    """A ServeResult of stream `s` against vLLM's per-request decisions in the fixture: rejection, admission,
+    first-token and finish steps (a step that ends at time t is the oracle's step t - 1; admission happens at the
+    step's start), preemptions and prefix-hit tokens."""
+    pr = s["per_request"]
+    rej = np.array([o["rejected"] for o in pr])
+    np.testing.assert_array_equal(res.rejected, rej)
+    ok = ~rej
+    step = lambda key: np.array([np.nan if o[key] is None else o[key] for o in pr], float)  # noqa: E731
+    np.testing.assert_array_equal((res.arrival_s + res.ttft_s - 1)[ok], step("first_token")[ok])
+    np.testing.assert_array_equal((res.arrival_s + res.e2e_s - 1)[ok], step("finish")[ok])
+    np.testing.assert_array_equal((res.arrival_s + res.queue_s)[ok], step("admitted")[ok])
+    np.testing.assert_array_equal(res.request_preemptions, [o["preemptions"] for o in pr])
+    np.testing.assert_array_equal(res.prefix_hit_tokens[ok], [o["prefix_hit_tokens"] for o in pr if not o["rejected"]])

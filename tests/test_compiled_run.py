@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from schedcheck import _config, load, trace_of, unit_steps
+from schedcheck import _config, assert_requests_match, load, trace_of, unit_steps
 
 from kvlab.errors import ParameterError
 from kvlab.serving import compiledrun
@@ -118,17 +118,7 @@ def test_trace_without_prefixes_hashes_output_blocks_only():
 @pytest.mark.parametrize("s", load(), ids=lambda s: s["name"])
 def test_compiled_loop_agrees_with_vllm(s):
     """vLLM 0.33's own decisions on the fixture streams (tests/fixtures/vllm_scheduler.json), request for request."""
-    res = simulate_serving(trace_of(s), _config(s["config"]), unit_steps(), compiled=True)
-    pr = s["per_request"]
-    rej = np.array([o["rejected"] for o in pr])
-    np.testing.assert_array_equal(res.rejected, rej)
-    ok = ~rej
-    step = lambda key: np.array([np.nan if o[key] is None else o[key] for o in pr], float)
-    np.testing.assert_array_equal((res.arrival_s + res.ttft_s - 1)[ok], step("first_token")[ok])
-    np.testing.assert_array_equal((res.arrival_s + res.e2e_s - 1)[ok], step("finish")[ok])
-    np.testing.assert_array_equal((res.arrival_s + res.queue_s)[ok], step("admitted")[ok])
-    np.testing.assert_array_equal(res.request_preemptions, [o["preemptions"] for o in pr])
-    np.testing.assert_array_equal(res.prefix_hit_tokens[ok], [o["prefix_hit_tokens"] for o in pr if not o["rejected"]])
+    assert_requests_match(simulate_serving(trace_of(s), _config(s["config"]), unit_steps(), compiled=True), s)
 
 
 def test_what_the_compiled_loop_does_not_run_goes_to_the_python_loop():

@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from schedcheck import _config, load, trace_of, unit_steps
+from schedcheck import _config, assert_requests_match, load, trace_of, unit_steps
 
 from kvlab.serving.replica import VllmReplica
 from kvlab.serving.scheduler import VllmScheduler
@@ -146,14 +146,8 @@ def test_the_stretch_stops_where_the_free_queue_runs_out():
 def test_fast_forward_agrees_with_vllm(s):
     """vLLM 0.33's decisions on the fixture streams, with the fast-forward on (the step records, which switch it
     off, are test_vllm_scheduler's)."""
-    res = simulate_serving(trace_of(s), _config(s["config"]), unit_steps())
-    pr = s["per_request"]
-    ok = ~np.array([o["rejected"] for o in pr])
-    step = lambda key: np.array([np.nan if o[key] is None else o[key] for o in pr], float)
-    np.testing.assert_array_equal((res.arrival_s + res.ttft_s - 1)[ok], step("first_token")[ok])
-    np.testing.assert_array_equal((res.arrival_s + res.e2e_s - 1)[ok], step("finish")[ok])
-    np.testing.assert_array_equal((res.arrival_s + res.queue_s)[ok], step("admitted")[ok])
-    np.testing.assert_array_equal(res.request_preemptions, [o["preemptions"] for o in pr])
+    res = simulate_serving(trace_of(s), _config(s["config"]), unit_steps(), compiled=False)
+    assert_requests_match(res, s)
     logged = simulate_serving(trace_of(s), _config(s["config"]), unit_steps(), record_steps=True)
     assert (res.steps, res.busy_s.tolist()) == (logged.steps, logged.busy_s.tolist())
 

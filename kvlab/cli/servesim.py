@@ -121,9 +121,10 @@ def cmd_serve_sim(args) -> int:
            "layout_note": cfg.layout_note or None, "pool_note": cfg.pool_note or None,
            "cache_blocks": None if cfg.cache_blocks is None else dict(zip(("hbm", "dram", "ssd"), cfg.cache_blocks)),
            **s}
+    out["loop"] = r.loop  # the figures are the same from either loop
     if args.explain:
         from ..serving.scheduler import explain
-        out["scheduler_rules"] = explain()
+        out["scheduler_rules"] = explain() + f"\n  loop: {r.loop} (either loop gives the same figures to the last bit)"
     if args.json:
         print(json.dumps(out, indent=2))
         return 0

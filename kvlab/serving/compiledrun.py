@@ -28,8 +28,8 @@ import numpy as np
 
 from ..checks import cdiv
 from ..sim.kernels import ENABLED
-from .blockpool import (EVICTED, FREE, USED, _cache, _decode_run, _free, _hit, _hit_held, _idle, _leaf, _output_key,
-                        _rehash, _remove_slot, _slot, _take, _touch, BlockPool)
+from .blockpool import (EVICTED, FREE, KEY, NEXT, PREV, USED, _cache, _decode_run, _free, _hit, _hit_held, _idle,
+                        _leaf, _link, _output_key, _rehash, _remove_slot, _slot, _take, _touch, _unlink, BlockPool)
 
 if ENABLED:
     from numba import njit
@@ -57,9 +57,10 @@ ARR, START, FIRST, FINISH = range(4)
 (LAST_T, T0, AREA, T_END, DUE_T, END_T, BUSY_UNTIL, BUSY_S, MIN_GAP) = range(9)
 # batch entry fields (bat[b, e])
 B_RID, B_N, B_SAMPLE, B_DECODE, B_HIT, B_DRAM, B_SSD = range(7)  # B_DRAM, B_SSD: blocks loaded (-1: none)
-# host tiers: hnode columns, hmeta entries (blocks moved: from HBM to DRAM, DRAM to SSD, DRAM to HBM, SSD to
-# HBM, HBM to SSD), nodes 0-3 the sentinels of DRAM's and SSD's lists (head: least recent)
-H_KEY, H_PREV, H_NEXT, H_TIER = range(4)
+# host tiers: hnode columns (the tier, then the block pool's KEY, PREV and NEXT, so that its list kernels serve),
+# hmeta entries (blocks moved: from HBM to DRAM, DRAM to SSD, DRAM to HBM, SSD to HBM, HBM to SSD); nodes 0-3 are
+# the sentinels of DRAM's and SSD's lists (head: least recent)
+H_TIER, H_KEY, H_PREV, H_NEXT = 0, KEY, PREV, NEXT
 H_COUNT1, H_COUNT2, H_FREE, H_FRESH, H_DROPPED, M_HD, M_DS, M_DH, M_SH, M_HS = range(10)
 # step pricing kinds and their float parameters (pp)
 AFFINE, ROOFLINE, ROOFLINE_V4 = range(3)
@@ -325,21 +326,10 @@ def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, 
 
 # -- host tiers (kvlab.serving.hosttiers.HostTiers under LRU or FIFO, no per-block history) -------------------------
 @_leaf
-def _h_unlink(hnode, x):
-    p, n = hnode[x, H_PREV], hnode[x, H_NEXT]
-    hnode[p, H_NEXT] = n
-    hnode[n, H_PREV] = p
-
-
-@_leaf
 def _h_append(hnode, hmeta, t, x):
     """Node x becomes tier t's most recent (t: 1 DRAM, 2 SSD; its list's sentinels are nodes 2t - 2, 2t - 1)."""
     tail = 2 * t - 1
-    p = hnode[tail, H_PREV]
-    hnode[p, H_NEXT] = x
-    hnode[x, H_PREV] = p
-    hnode[x, H_NEXT] = tail
-    hnode[tail, H_PREV] = x
+    _link(hnode, hnode[tail, H_PREV], x, tail)
     hnode[x, H_TIER] = t
     hmeta[H_COUNT1 + t - 1] += 1
 
@@ -347,7 +337,7 @@ def _h_append(hnode, hmeta, t, x):
 @_leaf
 def _h_release(htab, hnode, hmeta, s, x):
     """Drop node x (in table slot s) from its tier and from the table."""
-    _h_unlink(hnode, x)
+    _unlink(hnode, x)
     hmeta[H_COUNT1 + hnode[x, H_TIER] - 1] -= 1
     _remove_slot(htab, s)
     hnode[x, H_NEXT] = hmeta[H_FREE]
@@ -377,7 +367,7 @@ def _h_place(htab, hnode, hmeta, hcap, key):
     while hmeta[H_COUNT1 + t - 1] > hcap[t]:  # the tier's least recent leaves
         v = hnode[2 * t - 2, H_NEXT]
         if t == 1 and hcap[2]:
-            _h_unlink(hnode, v)
+            _unlink(hnode, v)
             hmeta[H_COUNT1] -= 1
             hmeta[M_DS] += 1
             _h_append(hnode, hmeta, 2, v)
@@ -562,8 +552,8 @@ def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
             i += 1
             continue
         ok = True
-        while not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hnode, hmeta, hcap, r,
-                            n, hbuf[:0], 0, False, 0, False, got):
+        while not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hnode, hmeta,
+                            hcap, r, n, hbuf[:0], 0, False, 0, False, got):
             ist[NRUN] -= 1
             victim = run[ist[NRUN]]
             _preempt(rq, bts, slots, blk, meta, wq, ist, victim)
@@ -783,21 +773,21 @@ def _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m, ho
 # -- the replica's step and the event loop ------------------------------------------------------------------------
 @_compiled
 def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hnode, hmeta, hcap,
-          hread, got, wq, run, ist, fst, bat, bcnt, pre, nxt, gap, ht, hr, kind, pp, wbt, kv_at, fl_at, win, whole, pn, pc,
-          dc, flbuf, dts, kvs, fls, now):
+          hread, got, wq, run, ist, fst, bat, bcnt, pre, nxt, gap, ht, hr, kind, pp, wbt, kv_at, fl_at, win, whole, pn,
+          pc, dc, flbuf, dts, kvs, fls, now):
     """VllmReplica.step and EventLoop.step_vllm at `now`: apply what is due, schedule, price, fast-forward."""
     asy = kn[ASYNC]
     if ist[INFL_ON] and not asy:
         _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
         ist[INFL_ON] = 0
     b = 1 - ist[INFL_B]
-    _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hnode, hmeta, hcap, got,
-              wq, run, ist, bat, bcnt, b, pre)
+    _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hnode, hmeta, hcap,
+              got, wq, run, ist, bat, bcnt, b, pre)
     if bcnt[b] == 0 and ist[INFL_ON]:
         _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
         ist[INFL_ON] = 0
-        _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hnode, hmeta, hcap, got,
-              wq, run, ist, bat, bcnt, b, pre)
+        _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hnode, hmeta,
+                  hcap, got, wq, run, ist, bat, bcnt, b, pre)
     if ist[INFL_ON]:
         _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
     if bcnt[b] > 0:
@@ -1065,7 +1055,7 @@ def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching:
         hread[:] = host.read_s
     slots_h = 1 << max(int(2 * (hcap.sum() + 2)).bit_length(), 4)  # the host key table, at most half full
     htab = np.full((slots_h, 2), -1, np.int64)
-    hnode = np.zeros((int(hcap.sum()) + 5, 4), np.int64)  # nodes 0-3: the tiers' sentinels
+    hnode = np.zeros((int(hcap.sum()) + 5, 5), np.int64)  # nodes 0-3: the tiers' sentinels
     for t in (1, 2):
         hnode[2 * t - 2, H_NEXT], hnode[2 * t - 1, H_PREV] = 2 * t - 1, 2 * t - 2
     hmeta = np.zeros(10, np.int64)

@@ -160,6 +160,7 @@ class ServeResult:
     request_preemptions: np.ndarray | None = None  # [R] times each request was preempted
     prefix_hit_tokens: np.ndarray | None = None  # [R] prefix-hit tokens of each request at its first admission
     steps_log: list | None = None  # one dict per step (record_steps=True): time, replica, tokens, preempted, free
+    loop: str = "python"  # which loop ran it: "compiled" (kvlab.serving.compiledrun), or "python (why not compiled)"
 
     @property
     def completed(self) -> np.ndarray:
@@ -283,7 +284,8 @@ def simulate_serving(trace: Trace, config: ServeConfig | None = None, step_model
     return ServeResult(cfg, a.arrival, queue, ttft, tpot, e2e, a.rejected.copy(),
                        np.where(ok, outn, 0), inp, hit_blocks, hit_tokens, moved, span, busy_s, steps, preempt,
                        float(area / span) if span > 0 else 0.0, slo, describe(model), np.array(a.preempted, np.int64),
-                       a.hit_tok.copy(), log)
+                       a.hit_tok.copy(), log, "compiled" if compiled is not False and not why else
+                       f"python ({why or 'asked for'})")
 
 
 def _arrivals(trace: Trace, closed: bool):
