@@ -34,6 +34,7 @@ def assert_same(a, b):
     for f in FIELDS:
         assert np.array_equal(getattr(a, f), getattr(b, f), equal_nan=True), f
     assert a.moved_bytes == b.moved_bytes
+    assert int(a.request_preemptions.sum()) == a.preemptions  # every preemption counted on its request
     assert (a.steps, a.preemptions, a.makespan_s, a.mean_in_system) == (b.steps, b.preemptions, b.makespan_s,
                                                                          b.mean_in_system)
     assert a.summary() == b.summary()
@@ -48,6 +49,8 @@ SLOW_PREFILL = replace(AffineStepModel.fitted(), prefill_token_s=50e-6)
 CASES = {
     "default": (pressured(), SLOW_PREFILL),
     "sync": (pressured(async_scheduling=False), SLOW_PREFILL),
+    # here a step's first try preempts and schedules nothing, then waits for the step in flight and tries again:
+    # its preemptions count on their requests all the same (assert_same)
     "first-chunk-admission": (pressured(reserve_full_isl=False), SLOW_PREFILL),
     "no-prefix-caching": (pressured(prefix_caching=False), SLOW_PREFILL),
     "long-prefill-threshold": (pressured(long_prefill_token_threshold=256), SLOW_PREFILL),

@@ -784,6 +784,8 @@ def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
     _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hnode, hmeta, hcap,
               got, wq, run, ist, bat, bcnt, b, pre)
     if bcnt[b] == 0 and ist[INFL_ON]:
+        for q in range(ist[NPRE]):  # a first try may preempt and still schedule nothing: those preemptions stand
+            rq[pre[q], APRE] += 1
         _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
         ist[INFL_ON] = 0
         _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hnode, hmeta,

@@ -110,7 +110,9 @@ class VllmReplica:
         if not b.tokens and self.inflight is not None:  # async, nothing to add: wait for the step in flight
             done += self._apply(self.inflight, now)
             self.inflight = None
+            first = b.preempted  # a first try may preempt and still schedule nothing: those preemptions stand
             b = s.schedule()
+            b.preempted[:0] = first
         if self.inflight is not None:
             done += self._apply(self.inflight, now)
         self.inflight = b if b.tokens else None
