@@ -1006,7 +1006,7 @@ def prompt_key_counts(trace, block_size: int, caching: bool) -> np.ndarray:
 
 
 def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching: bool, fast_forward: bool, host=None,
-                 progress=None, chunk: int = 20_000):
+                 progress=None):
     """Run the whole trace through one replica in the compiled loop, filling the simulator's arrays `a`; returns
     (steps, area, t0, t_end, busy seconds, preemptions, bytes moved between tiers). `host`: the replica's HostTiers
     (None: no host tier); `progress`: an object with update(n) (tqdm)."""
@@ -1063,6 +1063,7 @@ def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching:
     hmeta = np.zeros(10, np.int64)
     hmeta[H_FREE], hmeta[H_FRESH] = -1, 4
     nxt, gap = np.asarray(nxt, np.int64), np.asarray(gap, float)
+    chunk = max(2_000, R // 100)  # requests finished between progress updates
     while True:
         before = int(ist[DONE])
         code = _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, win, whole, ht, hr, wq, run,
