@@ -52,7 +52,7 @@ ARR, START, FIRST, FINISH = range(4)
 (BS, MNS, MNBT, MML, CACHING, ASYNC, CHUNKED, LPT, RESERVE, TB, HAS_PREFIXES, KIND, FAST, NBMAX) = range(14)
 # integer loop state (ist)
 (IN_SYS, STEPS, DUE, HAS_END, NARR, HAVE_T0, PREEMPTS, WHEAD, WCOUNT, NRUN, INFL_ON, INFL_B, STUCK, STUCK_FREE,
- STUCK_NRUN, DONE, ERR, NPRE) = range(18)
+ STUCK_NRUN, DONE, NPRE) = range(17)
 # float loop state (fst)
 (LAST_T, T0, AREA, T_END, DUE_T, END_T, BUSY_UNTIL, BUSY_S, MIN_GAP) = range(9)
 # batch entry fields (bat[b, e])
@@ -963,7 +963,7 @@ def unsupported(cfg, model, trace, knobs, *, host, logging: bool) -> str | None:
         return None
     if type(model) is AffineStepModel:
         return None
-    return f"a {type(model).__name__} step model"
+    return f"step times from {type(model).__name__}"
 
 
 def _pricing(model, trace, knobs):
@@ -1032,7 +1032,7 @@ def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching:
     ids = np.asarray(trace.block_ids if trace.block_ids is not None else np.zeros(1), np.int64)
     off = np.asarray(trace.block_offsets if trace.block_offsets is not None else np.zeros(R + 1), np.int64)
     ht, hr = np.empty(R + 1), np.empty(R + 1, np.int64)
-    ist = np.zeros(18, np.int64)
+    ist = np.zeros(17, np.int64)
     fst = np.zeros(9)
     fst[BUSY_UNTIL] = -1.0
     t0 = np.array([t for t, _, _ in arrivals], float)

@@ -28,7 +28,7 @@ from ..sim.policies import ADMISSIONS, ONLINE
 from ..sim.traces import Trace
 from .hosttiers import HostTiers
 from .replica import VllmReplica
-from .router import ROUTERS, route
+from .router import ROUTERS
 from .eventloop import EventLoop
 from .stepmodel import StepModel, Target, as_step_model, check_target, describe
 
