@@ -107,6 +107,19 @@ def test_compiled_roofline_prices_every_step_as_the_python_one(case):
     assert got.steps > 0
 
 
+def test_sparse_block_ids_give_the_dense_run():
+    """A Trace built by hand may carry any non-negative block ids (kvlab's loaders give dense ones): the compiled
+    host tiers' flags per trace block are then shared, and the run is the same, and the Python loop's."""
+    tr = load_trace("synthetic", limit=300, seed=3)
+    sparse = replace(tr, block_ids=tr.block_ids * 1_000_003 + 7)
+    cfg = pressured(cache_blocks=(1_500, 100, 200))
+    dense = simulate_serving(tr, cfg, SLOW_PREFILL, compiled=True)
+    got = simulate_serving(sparse, cfg, SLOW_PREFILL, compiled=True)
+    assert_same(got, dense)
+    assert_same(got, simulate_serving(sparse, cfg, SLOW_PREFILL, compiled=False))
+    assert got.hit_blocks[1:].sum() > 0
+
+
 def test_trace_without_prefixes_hashes_output_blocks_only():
     """No prefix information: the pool still hashes output blocks (a resumed request re-hits its own)."""
     tr = load_trace("synthetic", limit=200, seed=6)
@@ -157,3 +170,83 @@ def test_key_counts_equal_prompt_keys(trace_block, block_size):
     got = compiledrun.prompt_key_counts(tr, block_size, True)
     want = [len(prompt_keys(tr.block_ids[off[r]:off[r + 1]], int(inp[r]), block_size, trace_block)) for r in range(300)]
     np.testing.assert_array_equal(got, want)
+
+
+def tier_keys(hring, hmeta, t):
+    """Tier t's keys in the compiled host tiers, least recent first."""
+    i = t - 1
+    base, mask = hmeta[compiledrun.H_BASE1 + i], hmeta[compiledrun.H_MASK1 + i]
+    at = range(hmeta[compiledrun.H_HEAD1 + i], hmeta[compiledrun.H_TAIL1 + i])
+    return [int(hring[base + (p & mask)]) for p in at if hring[base + (p & mask)] != compiledrun.TOMB]
+
+
+@pytest.mark.parametrize("flags", [10_000, 16], ids=["flag-per-trace-block", "shared-flags"])
+@pytest.mark.parametrize("caps", [(3, 0), (0, 4), (2, 3), (5, 11), (40, 0)], ids=str)
+def test_host_rings_keep_fifo_order_through_gaps_and_compaction(caps, flags):
+    """The compiled host tiers (a ring per tier, gaps where keys left from the middle, closed when the ring fills)
+    against two plain lists: the same keys in the same order in each tier, the same keys found, loaded and dropped,
+    over a long random mix of placements, hashes (stale copies dropped) and admissions (copies taken out)."""
+    hcap = np.array([0, *caps], np.int64)
+    tb = 4  # keys per trace block: key // 4 is its trace block
+    htab, hring, hseen, hmeta = compiledrun.host_state(hcap, tb, flags)
+    tiers = [[], []]
+    moved = dict(hd=0, ds=0, hs=0, dh=0, sh=0)
+    dropped = compacted = 0
+    rng = np.random.default_rng(sum(caps))
+    fresh = iter(range(40_000))
+    got = np.zeros(2, np.int64)
+    for _ in range(6_000):
+        held = tiers[0] + tiers[1]
+        op = rng.integers(4)
+        before = hmeta[compiledrun.H_TAIL1:compiledrun.H_TAIL2 + 1].copy()
+        if op <= 1:  # the pool evicts a block: its key goes to DRAM (else SSD), the least recent sink or leave
+            key = next(fresh)
+            compiledrun._h_place(htab, hring, hseen, hmeta, hcap, key)
+            t = 0 if caps[0] else 1 if caps[1] else None
+            if t is None:
+                dropped += 1
+            else:
+                moved["hd" if t == 0 else "hs"] += 1
+                tiers[t].append(key)
+                while len(tiers[t]) > caps[t]:
+                    v = tiers[t].pop(0)
+                    if t == 0 and caps[1]:
+                        moved["ds"] += 1
+                        tiers[1].append(v)
+                        t = 1
+                    else:
+                        dropped += 1
+        elif op == 2:  # the pool hashes a key: a held one (or one never placed, or an output block's)
+            key = int(rng.choice(held)) if held and rng.random() < 0.7 else int(rng.integers(-5, 40_000))
+            compiledrun._h_drop(htab, hring, hseen, hmeta, key)
+            for t in (0, 1):
+                if key in tiers[t]:
+                    tiers[t].remove(key)
+        else:  # an admission takes out every held key of its prompt; the first `run` of them are loads
+            keys = [int(k) for k in rng.choice(held, min(len(held), 3), replace=False)] if held else []
+            keys += [int(rng.integers(40_000))]
+            run = int(rng.integers(len(keys) + 1))
+            arr = np.array(keys, np.int64)
+            lead = next((i for i, k in enumerate(keys) if k not in held), len(keys))
+            assert compiledrun._h_run(htab, arr) == lead
+            compiledrun._h_admit(htab, hring, hseen, hmeta, arr, run, got)
+            want = [0, 0]
+            for i, k in enumerate(keys):
+                for t in (0, 1):
+                    if k in tiers[t]:
+                        tiers[t].remove(k)
+                        if i < run:
+                            want[t] += 1
+                            moved["dh" if t == 0 else "sh"] += 1
+            assert list(got) == want
+        compacted += int(np.any(hmeta[compiledrun.H_TAIL1:compiledrun.H_TAIL2 + 1] < before))
+        assert [tier_keys(hring, hmeta, t) for t in (1, 2)] == tiers
+        assert list(hmeta[compiledrun.H_COUNT1:compiledrun.H_COUNT2 + 1]) == [len(tiers[0]), len(tiers[1])]
+        for t in (0, 1):  # the key table finds every held key at its place
+            for k in tiers[t]:
+                s, found = compiledrun._slot(htab, k)
+                assert found and htab[s, 1] & 3 == t + 1
+    assert int(hmeta[compiledrun.H_DROPPED]) == dropped
+    assert [int(hmeta[m]) for m in (compiledrun.M_HD, compiledrun.M_DS, compiledrun.M_HS, compiledrun.M_DH,
+                                    compiledrun.M_SH)] == [moved[k] for k in ("hd", "ds", "hs", "dh", "sh")]
+    assert compacted > 0  # the gaps filled a ring and were closed

@@ -258,3 +258,37 @@ def test_block_pool_bulk_operations_equal_one_block_at_a_time(seed, monkeypatch)
         seen_shared |= max(fast.ref.values(), default=0) > 1
     assert seen_more and seen_shared and plain.evicted
     assert not seed % 2 or len(fast.tab) > 4 * 8, "the key table never grew"
+
+
+EDGE_KEYS = [0, 1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 1, 2**62 + 12345, 2**63 - 1, -1, -2**31, -2**31 - 1,
+             -2**32, -2**63]
+
+
+@pytest.mark.parametrize("numba", [True, False], ids=["compiled", "plain-python"])
+def test_block_rows_keep_every_int64_key(numba, monkeypatch):
+    """A block row holds its key as two int32 halves: every 64-bit key (prompt keys past 2^31, negative output
+    keys, the extremes) comes back whole from the row, the key table's hit and the eviction log."""
+    from kvlab.serving import blockpool
+    from kvlab.serving.blockpool import BlockPool, output_key
+    if not numba:  # the same kernels as plain Python (KVLAB_NUMBA=0)
+        for name in ("_take", "_cache", "_free"):
+            monkeypatch.setattr(blockpool, name, getattr(blockpool, name).py_func)
+    keys = EDGE_KEYS + [output_key(7, 3), output_key(2**20, 2**31 - 1)]
+    pool = BlockPool(len(keys) + 1)
+    pool.evicted = []
+    blocks = pool.take(len(keys))
+    pool.cache_many(blocks, keys)
+    assert pool.key == dict(zip(blocks, keys))
+    assert pool.hit(keys).tolist() == blocks
+    pool.free(blocks)
+    pool.take(len(keys))  # every block taken anew: each key evicted, the last block freed first
+    assert pool.evicted == keys[::-1]
+
+
+def test_block_pool_past_32_bit_block_numbers_is_refused():
+    """Block rows number blocks in int32: a pool past that is one clear error, before anything is allocated."""
+    from kvlab.errors import ParameterError
+    from kvlab.serving.blockpool import BlockPool
+    with pytest.raises(ParameterError, match="32 bits"):
+        BlockPool(2**31 - 2)
+    assert BlockPool(1000).blk.dtype == np.int32

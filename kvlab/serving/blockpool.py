@@ -10,9 +10,11 @@ cached block is taken anew is recorded in `evicted` when host tiers listen (kvla
 
 A request takes, hits, hashes and frees about a thousand blocks at once, so the pool's state lives in arrays and
 each operation over a request's blocks is one compiled (numba) loop, as vLLM's own pool walks them one by one:
-  blk    [N + 2, 6] per block: reference count, hashed flag, key, the free queue's links (a doubly linked list
-         through the blocks, as vLLM's FreeKVCacheBlockQueue, rows N and N + 1 its head and tail sentinels) and the
-         next block cached under the same key (-1: none)
+  blk    [N + 2, 8] int32 per block: reference count, hashed flag, key (its low and high halves), the free
+         queue's links (a doubly linked list through the blocks, as vLLM's FreeKVCacheBlockQueue, rows N and N + 1
+         its head and tail sentinels), the next block cached under the same key (-1: none) and a spare column: rows
+         of 32 bytes, aligned, two to a cache line (int64 rows of 48 bytes, half of them across two lines, ran the
+         pool about a tenth slower)
   tab    [S, 2] the key table: key and the first block cached under it (-1: an empty slot); open addressing with
          linear probing, removal by backward shift (no tombstones), at most half full (it doubles before)
   meta   [3] free blocks, keys in the table, the next never-used block
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ParameterError
 from ..sim.kernels import ENABLED
 
 NONE = np.zeros(0, np.int64)  # no blocks
@@ -41,7 +44,8 @@ else:  # pragma: no cover - without numba the kernels below run as plain Python
         return f
     _leaf = _compiled
 
-REF, HASHED, KEY, PREV, NEXT, SAME = range(6)  # columns of blk
+REF, HASHED, KEY_LO, KEY_HI, PREV, NEXT, SAME = range(7)  # columns of blk (int32; the key's two halves)
+COLS = 8  # a row is 32 bytes: two to a cache line
 FREE, USED, FRESH = range(3)  # entries of meta
 EVICTED, HASHED_KEY = 0, 1  # kinds of a decode run's log entries (what host tiers are told, in order)
 
@@ -118,6 +122,13 @@ def _lookup(tab, keys, out):
         out[i] = tab[s, 1] if found else -1
 
 
+# -- block rows ---------------------------------------------------------------------------------------------------
+@_leaf
+def _key(blk, b):
+    """The key block b carries, from its row's two int32 halves."""
+    return (np.int64(blk[b, KEY_HI]) << 32) | (np.int64(blk[b, KEY_LO]) & 0xFFFFFFFF)
+
+
 # -- the free queue -----------------------------------------------------------------------------------------------
 @_leaf
 def _unlink(blk, b):
@@ -151,7 +162,7 @@ def _push_front(blk, b):
 @_leaf
 def _drop(blk, tab, meta, b):
     """Block b (hashed, taken anew) leaves its key's cached blocks; True when it was the key's last (evicted)."""
-    k = blk[b, KEY]
+    k = _key(blk, b)
     s, _ = _slot(tab, k)
     first = tab[s, 1]
     nxt = blk[b, SAME]
@@ -187,7 +198,7 @@ def _take(blk, tab, meta, out, evicted):
         else:  # the tail's least recently freed
             _unlink(blk, b)
             if _drop(blk, tab, meta, b):
-                evicted[nev] = blk[b, KEY]
+                evicted[nev] = _key(blk, b)
                 nev += 1
         blk[b, REF] = 1
         out[i] = b
@@ -253,7 +264,8 @@ def _cache_one(blk, tab, meta, b, k):
     if blk[b, HASHED]:
         return False
     blk[b, HASHED] = 1
-    blk[b, KEY] = k
+    blk[b, KEY_LO] = ((k & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000  # the low half as a signed int32
+    blk[b, KEY_HI] = k >> 32
     blk[b, SAME] = -1
     s, found = _slot(tab, k)
     if found:
@@ -411,9 +423,15 @@ class BlockPool:
     TABLE_SLOTS = 1024  # the key table's first size (a power of two; it doubles while keys would fill half)
 
     def __init__(self, num_blocks: int, caching: bool = True):
+        if num_blocks + 2 > np.iinfo(np.int32).max:
+            raise ParameterError(f"a KV pool of {num_blocks:,} blocks: the block pool numbers its blocks in 32 bits "
+                                 f"(at most {np.iinfo(np.int32).max - 2:,}); use larger blocks or a smaller pool")
         self.num_blocks = num_blocks  # blocks in the pool, the null block included
         self.caching = caching  # prefix caching on
-        self.blk = np.zeros((num_blocks + 2, 6), np.int64)  # [N + 2, 6] per-block state, two sentinels
+        raw = np.zeros((num_blocks + 3) * COLS, np.int32)  # zeros page in lazily: a big pool costs what it uses
+        at = (-raw.ctypes.data % 32) // 4  # rows aligned to 32 bytes: none straddles two cache lines
+        self.blk = raw[at:at + (num_blocks + 2) * COLS].reshape(num_blocks + 2, COLS)  # [N + 2, COLS] per-block
+        # state, two sentinels
         head, tail = num_blocks, num_blocks + 1
         self.blk[head, NEXT] = tail  # the queue's linked part starts empty
         self.blk[tail, PREV] = head
@@ -435,7 +453,8 @@ class BlockPool:
     def key(self) -> dict:
         """block -> the key it carries, for hashed blocks."""
         b = np.flatnonzero(self.blk[:self.num_blocks, HASHED])
-        return dict(zip(b.tolist(), self.blk[b, KEY].tolist()))
+        keys = (self.blk[b, KEY_HI].astype(np.int64) << 32) | (self.blk[b, KEY_LO].astype(np.int64) & 0xFFFFFFFF)
+        return dict(zip(b.tolist(), keys.tolist()))
 
     @property
     def first(self) -> dict:

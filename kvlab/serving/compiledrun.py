@@ -15,10 +15,13 @@ log, host tiers without per-block history (admission "all", no TTL) under LRU or
 model (the unit model is one) or kvlab's roofline within its per-context tables (contexts below
 kvlab.serving.steptime.roofline.TABLE_MAX). Request state lives in rows of int64 arrays (one row per request), the
 waiting queue is a ring, running requests an array in admission order, a request's block table one of
-max_num_seqs reusable buffers; host tiers are one key table and two linked lists (DRAM's and SSD's, least recent
-first). Without per-block history time plays no part in them, and an LRU tier behaves as a FIFO one: the pool
-places, hashing and admission remove, nothing looks a host block up in place. The loop's state sits in arrays
-between calls, so the caller runs it a slice of requests at a time (the progress bar).
+max_num_seqs reusable buffers; host tiers are one key table and a ring per tier (DRAM's and SSD's keys in the
+order they came, with gaps where a key left from the middle, closed when the ring fills). Without per-block history
+time plays no part in them, and an LRU tier behaves as a FIFO one: the pool places, hashing and admission remove,
+nothing looks a host block up in place. Most of those removals ask about blocks the run never placed there (a
+prompt's new blocks): a flag per trace block, set when one of its keys is placed, answers them without the table.
+The loop's state sits in arrays between calls, so the caller runs it a slice of requests at a time (the progress
+bar).
 """
 from __future__ import annotations
 
@@ -28,8 +31,8 @@ import numpy as np
 
 from ..checks import cdiv
 from ..sim.kernels import ENABLED
-from .blockpool import (EVICTED, FREE, KEY, NEXT, PREV, USED, _cache, _decode_run, _free, _hit, _hit_held, _idle,
-                        _leaf, _link, _output_key, _rehash, _remove_slot, _slot, _take, _touch, _unlink, BlockPool)
+from .blockpool import (EVICTED, FREE, USED, _cache, _decode_run, _free, _hit, _hit_held, _idle, _leaf, _output_key,
+                        _rehash, _remove_slot, _slot, _take, _touch, BlockPool)
 
 if ENABLED:
     from numba import njit
@@ -57,11 +60,14 @@ ARR, START, FIRST, FINISH = range(4)
 (LAST_T, T0, AREA, T_END, DUE_T, END_T, BUSY_UNTIL, BUSY_S, MIN_GAP) = range(9)
 # batch entry fields (bat[b, e])
 B_RID, B_N, B_SAMPLE, B_DECODE, B_HIT, B_DRAM, B_SSD = range(7)  # B_DRAM, B_SSD: blocks loaded (-1: none)
-# host tiers: hnode columns (the tier, then the block pool's KEY, PREV and NEXT, so that its list kernels serve),
-# hmeta entries (blocks moved: from HBM to DRAM, DRAM to SSD, DRAM to HBM, SSD to HBM, HBM to SSD); nodes 0-3 are
-# the sentinels of DRAM's and SSD's lists (head: least recent)
-H_TIER, H_KEY, H_PREV, H_NEXT = 0, KEY, PREV, NEXT
-H_COUNT1, H_COUNT2, H_FREE, H_FRESH, H_DROPPED, M_HD, M_DS, M_DH, M_SH, M_HS = range(10)
+# host tiers: hring holds DRAM's ring, then SSD's (keys in the order they came, least recent at the head, TOMB where a
+# key left from the middle; positions count up from 0 and a ring's index is the position's low bits), the key table
+# maps a key to its position << 2 | tier; hmeta entries: per tier its keys, ring head, ring tail, ring base and
+# mask, then blocks dropped past the last tier, blocks moved (HBM to DRAM, DRAM to SSD, DRAM to HBM, SSD to HBM, HBM
+# to SSD), the trace's block tokens (a prompt key's trace block: key // tokens) and the mask of the trace block flags
+(H_COUNT1, H_COUNT2, H_HEAD1, H_HEAD2, H_TAIL1, H_TAIL2, H_BASE1, H_BASE2, H_MASK1, H_MASK2, H_DROPPED, M_HD, M_DS,
+ M_DH, M_SH, M_HS, H_TB, H_SEEN) = range(18)
+TOMB = -1  # a ring's gap (prompt keys are non-negative)
 # step pricing kinds and their float parameters (pp)
 AFFINE, ROOFLINE, ROOFLINE_V4 = range(3)
 # affine: overhead, per prefill token, per decode request, per context token
@@ -270,8 +276,8 @@ def _release(rq, bts, slots, blk, meta, r):
 
 
 @_compiled
-def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hnode, hmeta, hcap, r, n, hit,
-              evict, reserve, ext, admit, got):
+def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hseen, hmeta, hcap, r, n,
+              hit, evict, reserve, ext, admit, got):
     """VllmScheduler._allocate: blocks for n more tokens of r after its cache hits `hit` (of which `evict` sit in the
     free queue: `_hit`'s count) and `ext` blocks found in host tiers, or False when they do not fit. `admit`: r
     is taken from the waiting queue with nothing computed (host tiers take its blocks out: got = [loaded from
@@ -295,7 +301,7 @@ def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, 
         nk = rq[r, NKEYS]
         keys = kbuf[:max(nk - nh, 0)]
         _keys(keys, rq, ids, off, r, nh, nh + keys.shape[0], kn[TB], bs)
-        _h_admit(htab, hnode, hmeta, keys, ext, got)
+        _h_admit(htab, hring, hseen, hmeta, keys, ext, got)
     known = rq[r, CU]
     if nh:
         _touch(blk, meta, hit)
@@ -307,7 +313,7 @@ def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, 
         if host:
             for e in range(nev):
                 if evbuf[e] >= 0:  # prompt blocks: output blocks never reach host tiers
-                    _h_place(htab, hnode, hmeta, hcap, evbuf[e])
+                    _h_place(htab, hring, hseen, hmeta, hcap, evbuf[e])
     full_blocks = min(computed + n, tokens) // bs
     cu = rq[r, CU]
     if full_blocks > cu:
@@ -319,33 +325,71 @@ def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, 
             _cache(blk, tabs[0], meta, bts[rq[r, SLOT]][lo:full_blocks], keys[lo - cu:])
             if host:  # HostTiers.hashed; the hits' keys are in the pool, which leaves them no host copy
                 for i in range(lo - cu, keys.shape[0]):
-                    _h_drop(htab, hnode, hmeta, keys[i])
+                    _h_drop(htab, hring, hseen, hmeta, keys[i])
         rq[r, CU] = full_blocks
     return True
 
 
 # -- host tiers (kvlab.serving.hosttiers.HostTiers under LRU or FIFO, no per-block history) -------------------------
 @_leaf
-def _h_append(hnode, hmeta, t, x):
-    """Node x becomes tier t's most recent (t: 1 DRAM, 2 SSD; its list's sentinels are nodes 2t - 2, 2t - 1)."""
-    tail = 2 * t - 1
-    _link(hnode, hnode[tail, H_PREV], x, tail)
-    hnode[x, H_TIER] = t
-    hmeta[H_COUNT1 + t - 1] += 1
+def _h_compact(htab, hring, hmeta, i):
+    """Close the gaps (TOMB) of tier i + 1's ring, keeping its order; the table learns the keys' new places."""
+    base, mask = hmeta[H_BASE1 + i], hmeta[H_MASK1 + i]
+    w = hmeta[H_HEAD1 + i]
+    for p in range(w, hmeta[H_TAIL1 + i]):
+        k = hring[base + (p & mask)]
+        if k != TOMB:
+            if p != w:
+                hring[base + (w & mask)] = k
+                s, _ = _slot(htab, k)
+                htab[s, 1] = w << 2 | (i + 1)
+            w += 1
+    hmeta[H_TAIL1 + i] = w
 
 
 @_leaf
-def _h_release(htab, hnode, hmeta, s, x):
-    """Drop node x (in table slot s) from its tier and from the table."""
-    _unlink(hnode, x)
-    hmeta[H_COUNT1 + hnode[x, H_TIER] - 1] -= 1
+def _h_append(htab, hring, hmeta, t, key, s):
+    """key (its table slot: s) becomes tier t's most recent (t: 1 DRAM, 2 SSD)."""
+    i = t - 1
+    if hmeta[H_TAIL1 + i] - hmeta[H_HEAD1 + i] > hmeta[H_MASK1 + i]:  # the ring is full: close its gaps
+        _h_compact(htab, hring, hmeta, i)
+    p = hmeta[H_TAIL1 + i]
+    hring[hmeta[H_BASE1 + i] + (p & hmeta[H_MASK1 + i])] = key
+    hmeta[H_TAIL1 + i] = p + 1
+    htab[s, 0] = key
+    htab[s, 1] = p << 2 | t
+    hmeta[H_COUNT1 + i] += 1
+
+
+@_leaf
+def _h_pop(hring, hmeta, t):
+    """Tier t's least recent key, taken off its ring (the table still holds it)."""
+    i = t - 1
+    base, mask = hmeta[H_BASE1 + i], hmeta[H_MASK1 + i]
+    p = hmeta[H_HEAD1 + i]
+    k = hring[base + (p & mask)]
+    while k == TOMB:
+        p += 1
+        k = hring[base + (p & mask)]
+    hmeta[H_HEAD1 + i] = p + 1
+    hmeta[H_COUNT1 + i] -= 1
+    return k
+
+
+@_leaf
+def _h_release(htab, hring, hmeta, s):
+    """Drop the key in table slot s from its tier (a gap in its ring) and from the table; returns its tier."""
+    v = htab[s, 1]
+    t = v & 3
+    i = t - 1
+    hring[hmeta[H_BASE1 + i] + ((v >> 2) & hmeta[H_MASK1 + i])] = TOMB
+    hmeta[H_COUNT1 + i] -= 1
     _remove_slot(htab, s)
-    hnode[x, H_NEXT] = hmeta[H_FREE]
-    hmeta[H_FREE] = x
+    return t
 
 
 @_leaf
-def _h_place(htab, hnode, hmeta, hcap, key):
+def _h_place(htab, hring, hseen, hmeta, hcap, key):
     """TierStack.place_many of one key the pool evicted (a prompt block): stored as DRAM's most recent (else SSD's),
     the least recent of a full tier sinking to the next one or dropped past the last."""
     t = 1 if hcap[1] else 2 if hcap[2] else 3
@@ -353,37 +397,38 @@ def _h_place(htab, hnode, hmeta, hcap, key):
         hmeta[H_DROPPED] += 1
         return
     hmeta[M_HD if t == 1 else M_HS] += 1
-    x = hmeta[H_FREE]
-    if x >= 0:
-        hmeta[H_FREE] = hnode[x, H_NEXT]
-    else:
-        x = hmeta[H_FRESH]
-        hmeta[H_FRESH] += 1
-    hnode[x, H_KEY] = key
+    hseen[(key // hmeta[H_TB]) & hmeta[H_SEEN]] = 1
     s, _ = _slot(htab, key)
-    htab[s, 0] = key
-    htab[s, 1] = x
-    _h_append(hnode, hmeta, t, x)
+    _h_append(htab, hring, hmeta, t, key, s)
     while hmeta[H_COUNT1 + t - 1] > hcap[t]:  # the tier's least recent leaves
-        v = hnode[2 * t - 2, H_NEXT]
+        v = _h_pop(hring, hmeta, t)
+        s, _ = _slot(htab, v)
         if t == 1 and hcap[2]:
-            _unlink(hnode, v)
-            hmeta[H_COUNT1] -= 1
             hmeta[M_DS] += 1
-            _h_append(hnode, hmeta, 2, v)
+            _h_append(htab, hring, hmeta, 2, v, s)
             t = 2
         else:
-            s, _ = _slot(htab, hnode[v, H_KEY])
-            _h_release(htab, hnode, hmeta, s, v)
+            _remove_slot(htab, s)
             hmeta[H_DROPPED] += 1
 
 
 @_leaf
-def _h_drop(htab, hnode, hmeta, key):
+def _h_maybe(hseen, hmeta, key):
+    """Whether key may sit in a host tier: only prompt keys (non-negative) of a trace block one of whose keys was
+    placed there before can (most lookups are of blocks new to the run, answered here without probing the table).
+    Trace blocks share a flag where the ids outnumber the flags (ids are dense from kvlab's loaders): a shared flag
+    only sends more lookups to the table."""
+    return key >= 0 and hseen[(key // hmeta[H_TB]) & hmeta[H_SEEN]] != 0
+
+
+@_leaf
+def _h_drop(htab, hring, hseen, hmeta, key):
     """HostTiers.hashed of one key: the pool hashed it, so a host copy is stale and dropped."""
+    if not _h_maybe(hseen, hmeta, key):
+        return
     s, found = _slot(htab, key)
     if found:
-        _h_release(htab, hnode, hmeta, s, htab[s, 1])
+        _h_release(htab, hring, hmeta, s)
 
 
 @_leaf
@@ -396,17 +441,17 @@ def _h_run(htab, keys):
 
 
 @_leaf
-def _h_admit(htab, hnode, hmeta, keys, run, got):
+def _h_admit(htab, hring, hseen, hmeta, keys, run, got):
     """HostTiers.admit without history: every key of keys (the prompt's past its pool hit) found in a host tier is
     taken out; got = [blocks of the first `run` loaded from DRAM, from SSD]."""
     got[0] = 0
     got[1] = 0
     for i in range(keys.shape[0]):
+        if not _h_maybe(hseen, hmeta, keys[i]):
+            continue
         s, found = _slot(htab, keys[i])
         if found:
-            x = htab[s, 1]
-            t = hnode[x, H_TIER]
-            _h_release(htab, hnode, hmeta, s, x)
+            t = _h_release(htab, hring, hmeta, s)
             if i < run:
                 got[t - 1] += 1
                 hmeta[M_DH if t == 1 else M_SH] += 1
@@ -523,8 +568,8 @@ def _entry(bat, bcnt, b, r, n, decode, hit):
 
 
 @_compiled
-def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hnode, hmeta, hcap,
-              got, wq, run, ist, bat, bcnt, b, pre):
+def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hseen, hmeta,
+              hcap, got, wq, run, ist, bat, bcnt, b, pre):
     """VllmScheduler.schedule into batch buffer b; the requests it preempted go to pre[:ist[NPRE]]."""
     bcnt[b] = 0
     ist[NPRE] = 0
@@ -552,7 +597,7 @@ def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
             i += 1
             continue
         ok = True
-        while not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hnode, hmeta,
+        while not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hseen, hmeta,
                             hcap, r, n, hbuf[:0], 0, False, 0, False, got):
             ist[NRUN] -= 1
             victim = run[ist[NRUN]]
@@ -602,8 +647,8 @@ def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
             if not kn[CHUNKED] and n > budget:
                 break
             n = min(n, budget)
-            if not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hnode, hmeta, hcap,
-                             r, n, hbuf[:nh], nh - held, kn[RESERVE] != 0, ext, admit, got):
+            if not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hseen,
+                             hmeta, hcap, r, n, hbuf[:nh], nh - held, kn[RESERVE] != 0, ext, admit, got):
                 stuck = kn[RESERVE] != 0 or (n == whole and ext == 0)
                 rq[r, FAILED] = 1
                 break
@@ -702,7 +747,7 @@ def _decode_room(rq, kn, run, ist, meta, bat, bcnt, most):
 
 
 @_compiled
-def _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m, host, htab, hnode, hmeta, hcap):
+def _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m, host, htab, hring, hseen, hmeta, hcap):
     """VllmScheduler.skip_decodes without host tiers: up to m decode steps of the running batch at once; returns
     how many (fewer where the free queue runs short), or -1 when a request outgrew its segment."""
     bs, mml, caching = kn[BS], kn[MML], kn[CACHING]
@@ -753,9 +798,9 @@ def _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m, ho
         for e in range(ne):  # host tiers told in order: keys the stretch evicted, keys it hashed
             if log[0, e] == EVICTED:
                 if log[2, e] >= 0:
-                    _h_place(htab, hnode, hmeta, hcap, log[2, e])
+                    _h_place(htab, hring, hseen, hmeta, hcap, log[2, e])
             else:
-                _h_drop(htab, hnode, hmeta, log[2, e])
+                _h_drop(htab, hring, hseen, hmeta, log[2, e])
         for q in range(na):
             r = act[q]
             add = nba[q] - rq[r, NB]
@@ -772,24 +817,24 @@ def _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m, ho
 
 # -- the replica's step and the event loop ------------------------------------------------------------------------
 @_compiled
-def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hnode, hmeta, hcap,
-          hread, got, wq, run, ist, fst, bat, bcnt, pre, nxt, gap, ht, hr, kind, pp, wbt, kv_at, fl_at, win, whole, pn,
-          pc, dc, flbuf, dts, kvs, fls, now):
+def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hseen, hmeta,
+          hcap, hread, got, wq, run, ist, fst, bat, bcnt, pre, nxt, gap, ht, hr, kind, pp, wbt, kv_at, fl_at, win,
+          whole, pn, pc, dc, flbuf, dts, kvs, fls, now):
     """VllmReplica.step and EventLoop.step_vllm at `now`: apply what is due, schedule, price, fast-forward."""
     asy = kn[ASYNC]
     if ist[INFL_ON] and not asy:
         _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
         ist[INFL_ON] = 0
     b = 1 - ist[INFL_B]
-    _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hnode, hmeta, hcap,
-              got, wq, run, ist, bat, bcnt, b, pre)
+    _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hseen, hmeta,
+              hcap, got, wq, run, ist, bat, bcnt, b, pre)
     if bcnt[b] == 0 and ist[INFL_ON]:
         for q in range(ist[NPRE]):  # a first try may preempt and still schedule nothing: those preemptions stand
             rq[pre[q], APRE] += 1
         _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
         ist[INFL_ON] = 0
-        _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hnode, hmeta,
-                  hcap, got, wq, run, ist, bat, bcnt, b, pre)
+        _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hseen,
+                  hmeta, hcap, got, wq, run, ist, bat, bcnt, b, pre)
     if ist[INFL_ON]:
         _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
     if bcnt[b] > 0:
@@ -856,8 +901,8 @@ def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
                         priced += cnt
                         chunk *= 2
                     t += dts[m]
-                m = _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m, host, htab, hnode, hmeta,
-                                  hcap)
+                m = _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m, host, htab, hring,
+                                  hseen, hmeta, hcap)
                 if m < 0:
                     return -1
                 if m:
@@ -876,7 +921,7 @@ def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
 
 @_compiled
 def _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, win, whole, ht, hr, wq, run, bat, bcnt,
-         pre, blk, tabs, meta, bts, slots, htab, hnode, hmeta, hcap, hread, ist, fst, stop_done):
+         pre, blk, tabs, meta, bts, slots, htab, hring, hseen, hmeta, hcap, hread, ist, fst, stop_done):
     """EventLoop.run for one replica until `stop_done` requests have left or nothing is left; returns 0 when the
     run is over, 1 when stopped early (call again to go on), 2 when requests are left that can never be scheduled,
     3 when a decode stretch outgrew its segment."""
@@ -899,9 +944,9 @@ def _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, wi
         t_next = min(t_arr, fst[END_T] if ist[HAS_END] else math.inf)
         if ist[DUE] and t_next > fst[DUE_T]:
             ist[DUE] = 0
-            if _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hnode,
-                     hmeta, hcap, hread, got, wq, run, ist, fst, bat, bcnt, pre, nxt, gap, ht, hr, kind, pp, wbt, kv_at,
-                     fl_at, win, whole, pn, pc, dc, flbuf, dts, kvs, fls, fst[DUE_T]) < 0:
+            if _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring,
+                     hseen, hmeta, hcap, hread, got, wq, run, ist, fst, bat, bcnt, pre, nxt, gap, ht, hr, kind, pp, wbt,
+                     kv_at, fl_at, win, whole, pn, pc, dc, flbuf, dts, kvs, fls, fst[DUE_T]) < 0:
                 return 3
             continue
         if ist[HAS_END] and (ist[NARR] == 0 or fst[END_T] <= t_arr):  # ends before arrivals of the same time
@@ -1005,6 +1050,22 @@ def prompt_key_counts(trace, block_size: int, caching: bool) -> np.ndarray:
     return np.where(span >= 0, np.minimum(inp // block_size, span // block_size + 1), 0).astype(np.int64)
 
 
+def host_state(hcap, block_tokens: int, trace_blocks: int):
+    """The compiled host tiers' empty state for tiers of hcap[1], hcap[2] blocks: (key table, rings, flags of the
+    trace blocks placed so far, hmeta); `block_tokens`: the trace's block tokens; `trace_blocks`: its largest block
+    id + 1, or the block accesses where fewer (the flags are one per id up to a power of two of that size)."""
+    slots = 1 << max(int(2 * (hcap.sum() + 2)).bit_length(), 4)  # the key table, at most half full
+    htab = np.full((slots, 2), -1, np.int64)
+    size = [1 << int(2 * c + 2).bit_length() for c in hcap[1:]]  # a ring per tier, over twice its blocks
+    hmeta = np.zeros(18, np.int64)
+    hmeta[H_BASE2] = size[0]
+    hmeta[H_MASK1], hmeta[H_MASK2] = size[0] - 1, size[1] - 1
+    hmeta[H_TB] = block_tokens
+    flags = 1 << max(int(trace_blocks) - 1, 0).bit_length()
+    hmeta[H_SEEN] = flags - 1
+    return htab, np.empty(sum(size), np.int64), np.zeros(flags, np.uint8), hmeta
+
+
 def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching: bool, fast_forward: bool, host=None,
                  progress=None):
     """Run the whole trace through one replica in the compiled loop, filling the simulator's arrays `a`; returns
@@ -1055,20 +1116,15 @@ def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching:
     if host is not None:
         hcap[1:] = host.stack.cap[1:]
         hread[:] = host.read_s
-    slots_h = 1 << max(int(2 * (hcap.sum() + 2)).bit_length(), 4)  # the host key table, at most half full
-    htab = np.full((slots_h, 2), -1, np.int64)
-    hnode = np.zeros((int(hcap.sum()) + 5, 5), np.int64)  # nodes 0-3: the tiers' sentinels
-    for t in (1, 2):
-        hnode[2 * t - 2, H_NEXT], hnode[2 * t - 1, H_PREV] = 2 * t - 1, 2 * t - 2
-    hmeta = np.zeros(10, np.int64)
-    hmeta[H_FREE], hmeta[H_FRESH] = -1, 4
+    htab, hring, hseen, hmeta = host_state(
+        hcap, trace.block_tokens, min(int(ids.max()) + 1, 2 * ids.shape[0]) if host is not None and ids.shape[0] else 1)
     nxt, gap = np.asarray(nxt, np.int64), np.asarray(gap, float)
     chunk = max(2_000, R // 100)  # requests finished between progress updates
     while True:
         before = int(ist[DONE])
         code = _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, win, whole, ht, hr, wq, run,
-                    bat, bcnt, pre, pool.blk, tabs, pool.meta, bts, slots, htab, hnode, hmeta, hcap, hread, ist, fst,
-                    before + chunk)
+                    bat, bcnt, pre, pool.blk, tabs, pool.meta, bts, slots, htab, hring, hseen, hmeta, hcap, hread, ist,
+                    fst, before + chunk)
         if progress is not None:
             progress.update(int(ist[DONE]) - before)
         if code != 1:
