@@ -5,6 +5,9 @@
   difference in its own words.
 - A cell whose source starts with TRACE_MARK needs the real request traces (Mooncake), which live outside
   the repository: when they are absent, nbval skips the cell with that reason instead of failing it.
+- The catalog's pretrained models that a collected notebook names are converted before any notebook runs: a first
+  conversion prints its progress, which would otherwise land in that notebook's first cell and fail nbval's
+  comparison on a machine that has not converted them yet.
 - Under pytest-xdist the notebook kernels (started with the worker's environment) share the cores with the other
   workers, so they get one torch thread each unless OMP_NUM_THREADS says otherwise (a notebook whose `threads`
   parameter is 0 takes torch's default, which would otherwise be one thread per core in every worker).
@@ -45,8 +48,30 @@ def pytest_configure(config):
         os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def _convert_models(items) -> None:
+    """Convert the catalog models (kvlab.hf.pretrained) that the collected notebooks name, once, here."""
+    from pathlib import Path
+    notebooks = {str(item.fspath) for item in items if getattr(item, "cell", None) is not None}
+    if not notebooks:
+        return
+    try:
+        from ..hf.pretrained import REGISTRY, ensure
+    except ImportError:  # the hf extra is absent: the notebook says so in its first cell
+        return
+    from ..errors import KvlabError
+    text = "".join(Path(p).read_text() for p in sorted(notebooks))
+    for name, entry in REGISTRY.items():
+        if f'\\"{name}\\"' in text or f"'{name}'" in text:  # a quoted name in a cell's source
+            try:
+                ensure(entry)
+            except KvlabError:  # not installed here: the notebook's first cell says so in its own words
+                pass
+
+
 def pytest_collection_modifyitems(config, items):
     from ..sim.traces import have_trace
+
+    _convert_models(items)
 
     if have_trace("conversation") and have_trace("mooncake_synthetic"):
         return
