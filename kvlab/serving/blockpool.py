@@ -453,8 +453,7 @@ class BlockPool:
     def key(self) -> dict:
         """block -> the key it carries, for hashed blocks."""
         b = np.flatnonzero(self.blk[:self.num_blocks, HASHED])
-        keys = (self.blk[b, KEY_HI].astype(np.int64) << 32) | (self.blk[b, KEY_LO].astype(np.int64) & 0xFFFFFFFF)
-        return dict(zip(b.tolist(), keys.tolist()))
+        return {i: int(_key(self.blk, i)) for i in b.tolist()}
 
     @property
     def first(self) -> dict:
