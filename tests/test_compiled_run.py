@@ -109,7 +109,8 @@ def test_compiled_roofline_prices_every_step_as_the_python_one(case):
 
 def test_sparse_block_ids_give_the_dense_run():
     """A Trace built by hand may carry any non-negative block ids (kvlab's loaders give dense ones): the compiled
-    host tiers' flags per trace block are then shared, and the run is the same, and the Python loop's."""
+    host tiers find a trace block's page through a key table of ids, so the run is the same, and the Python
+    loop's."""
     tr = load_trace("synthetic", limit=300, seed=3)
     sparse = replace(tr, block_ids=tr.block_ids * 1_000_003 + 7)
     cfg = pressured(cache_blocks=(1_500, 100, 200))
@@ -118,6 +119,24 @@ def test_sparse_block_ids_give_the_dense_run():
     assert_same(got, dense)
     assert_same(got, simulate_serving(sparse, cfg, SLOW_PREFILL, compiled=False))
     assert got.hit_blocks[1:].sum() > 0
+
+
+def test_uneven_blocks_compiled_unless_a_trace_block_sits_at_two_places():
+    """Trace blocks of 500 tokens, KV blocks of 16: a trace block's keys fall on distinct page entries as long as
+    the trace block sits at one place in every request naming it (then the compiled run is the Python loop's);
+    a hand-built trace naming one at two places goes to the Python loop."""
+    tr = load_trace("synthetic", limit=200, seed=3)
+    tr = replace(tr, block_tokens=500)
+    cfg = pressured(cache_blocks=(1_500, 100, 200))
+    got = simulate_serving(tr, cfg, SLOW_PREFILL, compiled=True)
+    assert_same(got, simulate_serving(tr, cfg, SLOW_PREFILL, compiled=False))
+    assert got.hit_blocks[1:].sum() > 0
+    off, ids = tr.block_offsets, tr.block_ids.copy()
+    r = next(r for r in range(1, len(tr)) if off[r + 1] - off[r] >= 2)
+    ids[off[r] + 1] = ids[off[0]]  # request 0's first trace block, one place later
+    with pytest.raises(ParameterError, match="trace blocks whose KV block offsets differ"):
+        simulate_serving(replace(tr, block_ids=ids), cfg, SLOW_PREFILL, compiled=True)
+    assert simulate_serving(replace(tr, block_ids=ids), cfg, SLOW_PREFILL).loop.startswith("python")
 
 
 def test_trace_without_prefixes_hashes_output_blocks_only():
@@ -180,19 +199,34 @@ def tier_keys(hring, hmeta, t):
     return [int(hring[base + (p & mask)]) for p in at if hring[base + (p & mask)] != compiledrun.TOMB]
 
 
-@pytest.mark.parametrize("flags", [10_000, 16], ids=["flag-per-trace-block", "shared-flags"])
+def tier_entry(htab, hpage, hmeta, key):
+    """The compiled host tiers' entry for key (ring index << 2 | tier), -1 where it is in no tier."""
+    e = compiledrun._h_find(htab, hmeta, np.int64(key), compiledrun.H_VID)
+    return -1 if e < 0 else int(hpage[e])
+
+
+@pytest.mark.parametrize("layout", [(4, 1), (64, 16), (40, 16)], ids=["tb4-bs1", "tb64-bs16", "tb40-bs16"])
 @pytest.mark.parametrize("caps", [(3, 0), (0, 4), (2, 3), (5, 11), (40, 0)], ids=str)
-def test_host_rings_keep_fifo_order_through_gaps_and_compaction(caps, flags):
-    """The compiled host tiers (a ring per tier, gaps where keys left from the middle, closed when the ring fills)
-    against two plain lists: the same keys in the same order in each tier, the same keys found, loaded and dropped,
-    over a long random mix of placements, hashes (stale copies dropped) and admissions (copies taken out)."""
+def test_host_rings_keep_fifo_order_through_gaps_and_compaction(caps, layout):
+    """The compiled host tiers (a ring per tier, gaps where keys left from the middle, closed when the ring fills;
+    a page of entries per trace block, freed when its last key leaves) against two plain lists: the same keys in
+    the same order in each tier, the same keys found, loaded and dropped, over a long random mix of placements,
+    hashes (stale copies dropped) and admissions (copies taken out); every held key's entry names its ring place,
+    and exactly the trace blocks with held keys have pages."""
     hcap = np.array([0, *caps], np.int64)
-    tb = 4  # keys per trace block: key // 4 is its trace block
-    htab, hring, hseen, hmeta = compiledrun.host_state(hcap, tb, flags)
+    tb, bs = layout
+    per = -(-tb // bs)  # keys per trace block (the last may hold fewer tokens)
+    htab, hring, hpage, hmeta = compiledrun.host_state(hcap, tb, bs, 40_000)
     tiers = [[], []]
     moved = dict(hd=0, ds=0, hs=0, dh=0, sh=0)
     dropped = compacted = 0
-    rng = np.random.default_rng(sum(caps))
+    rng = np.random.default_rng(sum(caps) + tb)
+
+    def key(c):  # the c-th prompt key: trace block c // per, as kvlab.serving.replica.prompt_keys makes them
+        return (c // per) * tb + bs - 1 + (c % per) * bs if (c % per) * bs + bs <= tb else (c // per) * tb + tb - 1
+
+    def other():  # a key of any trace block, or an output block's (negative)
+        return int(rng.integers(-5, 0)) if rng.random() < 0.1 else key(int(rng.integers(40_000)))
     fresh = iter(range(40_000))
     got = np.zeros(2, np.int64)
     for _ in range(6_000):
@@ -200,14 +234,16 @@ def test_host_rings_keep_fifo_order_through_gaps_and_compaction(caps, flags):
         op = rng.integers(4)
         before = hmeta[compiledrun.H_TAIL1:compiledrun.H_TAIL2 + 1].copy()
         if op <= 1:  # the pool evicts a block: its key goes to DRAM (else SSD), the least recent sink or leave
-            key = next(fresh)
-            compiledrun._h_place(htab, hring, hseen, hmeta, hcap, key)
+            k = key(next(fresh))
+            while k in held:
+                k = key(next(fresh))
+            compiledrun._h_place(htab, hpage, hring, hmeta, hcap, k)
             t = 0 if caps[0] else 1 if caps[1] else None
             if t is None:
                 dropped += 1
             else:
                 moved["hd" if t == 0 else "hs"] += 1
-                tiers[t].append(key)
+                tiers[t].append(k)
                 while len(tiers[t]) > caps[t]:
                     v = tiers[t].pop(0)
                     if t == 0 and caps[1]:
@@ -217,19 +253,19 @@ def test_host_rings_keep_fifo_order_through_gaps_and_compaction(caps, flags):
                     else:
                         dropped += 1
         elif op == 2:  # the pool hashes a key: a held one (or one never placed, or an output block's)
-            key = int(rng.choice(held)) if held and rng.random() < 0.7 else int(rng.integers(-5, 40_000))
-            compiledrun._h_drop(htab, hring, hseen, hmeta, key)
+            k = int(rng.choice(held)) if held and rng.random() < 0.7 else other()
+            compiledrun._h_drop(htab, hpage, hring, hmeta, k)
             for t in (0, 1):
-                if key in tiers[t]:
-                    tiers[t].remove(key)
+                if k in tiers[t]:
+                    tiers[t].remove(k)
         else:  # an admission takes out every held key of its prompt; the first `run` of them are loads
             keys = [int(k) for k in rng.choice(held, min(len(held), 3), replace=False)] if held else []
-            keys += [int(rng.integers(40_000))]
+            keys += [other()]
             run = int(rng.integers(len(keys) + 1))
             arr = np.array(keys, np.int64)
             lead = next((i for i, k in enumerate(keys) if k not in held), len(keys))
-            assert compiledrun._h_run(htab, arr) == lead
-            compiledrun._h_admit(htab, hring, hseen, hmeta, arr, run, got)
+            assert compiledrun._h_run(htab, hpage, hmeta, arr) == lead
+            compiledrun._h_admit(htab, hpage, hring, hmeta, arr, run, got)
             want = [0, 0]
             for i, k in enumerate(keys):
                 for t in (0, 1):
@@ -242,11 +278,12 @@ def test_host_rings_keep_fifo_order_through_gaps_and_compaction(caps, flags):
         compacted += int(np.any(hmeta[compiledrun.H_TAIL1:compiledrun.H_TAIL2 + 1] < before))
         assert [tier_keys(hring, hmeta, t) for t in (1, 2)] == tiers
         assert list(hmeta[compiledrun.H_COUNT1:compiledrun.H_COUNT2 + 1]) == [len(tiers[0]), len(tiers[1])]
-        for t in (0, 1):  # the key table finds every held key at its place
+        for t in (0, 1):  # every held key's entry names its tier and its ring place
             for k in tiers[t]:
-                s, found = compiledrun._slot(htab, k)
-                assert found and htab[s, 1] & 3 == t + 1
-    assert int(hmeta[compiledrun.H_DROPPED]) == dropped
-    assert [int(hmeta[m]) for m in (compiledrun.M_HD, compiledrun.M_DS, compiledrun.M_HS, compiledrun.M_DH,
-                                    compiledrun.M_SH)] == [moved[k] for k in ("hd", "ds", "hs", "dh", "sh")]
+                v = tier_entry(htab, hpage, hmeta, k)
+                assert v >= 0 and v & 3 == t + 1
+                assert hring[hmeta[compiledrun.H_BASE1 + t] + (v >> 2)] == k
+        pages = {k // tb for k in tiers[0] + tiers[1]}  # the trace blocks with a page: those with held keys
+        assert int(np.count_nonzero(htab[:, 1] >= 0)) == len(pages)
+        assert all(compiledrun._h_find(htab, hmeta, np.int64(p * tb), compiledrun.H_MID) >= 0 for p in pages)
     assert compacted > 0  # the gaps filled a ring and were closed

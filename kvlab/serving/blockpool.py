@@ -35,14 +35,17 @@ NONE = np.zeros(0, np.int64)  # no blocks
 
 if ENABLED:
     from numba import njit
-    _compiled = njit(cache=True, nogil=True)
+    _compiled = njit(cache=True, nogil=True, _nrt=True)  # named: a caller without NRT would pass that on
     # a kernel that allocates no array and returns none runs without numba's reference counting: the atomic
     # increments and decrements of its array arguments cost more than a block's own work in the innermost loops
     _leaf = njit(cache=True, nogil=True, _nrt=False)
+    # a small kernel called once per block is inlined where it is called (numba's IR inlining): a call of a compiled
+    # function passes each array as seven values and costs as much as the block's own work
+    _inline = njit(cache=True, nogil=True, _nrt=False, inline="always")
 else:  # pragma: no cover - without numba the kernels below run as plain Python
     def _compiled(f):
         return f
-    _leaf = _compiled
+    _leaf = _inline = _compiled
 
 REF, HASHED, KEY_LO, KEY_HI, PREV, NEXT, SAME = range(7)  # columns of blk (int32; the key's two halves)
 COLS = 8  # a row is 32 bytes: two to a cache line
@@ -61,7 +64,7 @@ _output_key = _leaf(output_key)  # the same function, for the kernels
 
 
 # -- the key table ------------------------------------------------------------------------------------------------
-@_leaf
+@_inline
 def _home(k, mask):
     """Slot where key k's probe starts: k's high half folded into the low one, then xorshift-mixed (int64
     arithmetic, which wraps in numba and numpy alike)."""
@@ -72,7 +75,7 @@ def _home(k, mask):
     return h & mask
 
 
-@_leaf
+@_inline
 def _slot(tab, k):
     """(slot, found): where key k sits, or the empty slot where it would go."""
     mask = tab.shape[0] - 1
@@ -85,7 +88,7 @@ def _slot(tab, k):
         i = (i + 1) & mask
 
 
-@_leaf
+@_inline
 def _remove_slot(tab, i):
     """Empty slot i, moving later entries of its probe run back so that every key stays reachable."""
     mask = tab.shape[0] - 1
@@ -123,21 +126,21 @@ def _lookup(tab, keys, out):
 
 
 # -- block rows ---------------------------------------------------------------------------------------------------
-@_leaf
+@_inline
 def _key(blk, b):
     """The key block b carries, from its row's two int32 halves."""
     return (np.int64(blk[b, KEY_HI]) << 32) | (np.int64(blk[b, KEY_LO]) & 0xFFFFFFFF)
 
 
 # -- the free queue -----------------------------------------------------------------------------------------------
-@_leaf
+@_inline
 def _unlink(blk, b):
     p, n = blk[b, PREV], blk[b, NEXT]
     blk[p, NEXT] = n
     blk[n, PREV] = p
 
 
-@_leaf
+@_inline
 def _link(blk, p, b, n):
     """Put b between neighbours p and n."""
     blk[p, NEXT] = b
@@ -146,20 +149,20 @@ def _link(blk, p, b, n):
     blk[n, PREV] = b
 
 
-@_leaf
+@_inline
 def _push_back(blk, b):
     t = blk.shape[0] - 1  # tail sentinel
     _link(blk, blk[t, PREV], b, t)
 
 
-@_leaf
+@_inline
 def _push_front(blk, b):
     h = blk.shape[0] - 2  # head sentinel
     _link(blk, h, b, blk[h, NEXT])
 
 
 # -- pool operations over a run of blocks -------------------------------------------------------------------------
-@_leaf
+@_inline
 def _drop(blk, tab, meta, b):
     """Block b (hashed, taken anew) leaves its key's cached blocks; True when it was the key's last (evicted)."""
     k = _key(blk, b)
@@ -257,7 +260,7 @@ def _hit_held(tab, blk, keys, out, need):
     return n, held, False
 
 
-@_leaf
+@_inline
 def _cache_one(blk, tab, meta, b, k):
     """Hash block b under key k: k's first block if k is new, else after its others; a hashed block keeps its
     hash. Returns whether b was hashed now."""

@@ -15,12 +15,13 @@ log, host tiers without per-block history (admission "all", no TTL) under LRU or
 model (the unit model is one) or kvlab's roofline within its per-context tables (contexts below
 kvlab.serving.steptime.roofline.TABLE_MAX). Request state lives in rows of int64 arrays (one row per request), the
 waiting queue is a ring, running requests an array in admission order, a request's block table one of
-max_num_seqs reusable buffers; host tiers are one key table and a ring per tier (DRAM's and SSD's keys in the
-order they came, with gaps where a key left from the middle, closed when the ring fills). Without per-block history
-time plays no part in them, and an LRU tier behaves as a FIFO one: the pool places, hashing and admission remove,
-nothing looks a host block up in place. Most of those removals ask about blocks the run never placed there (a
-prompt's new blocks): a flag per trace block, set when one of its keys is placed, answers them without the table.
-The loop's state sits in arrays between calls, so the caller runs it a slice of requests at a time (the progress
+max_num_seqs reusable buffers; host tiers are a ring per tier (DRAM's and SSD's keys in the order they came, with
+gaps where a key left from the middle, closed when the ring fills) and a page of entries per trace block holding
+keys there (an entry per KV block of the trace block: its ring place), found through a key table of trace blocks.
+Without per-block history time plays no part in them, and an LRU tier behaves as a FIFO one: the pool places,
+hashing and admission remove, nothing looks a host block up in place. Those walks go through a prompt's blocks in
+order, so a trace block's page is looked up once for its run of keys, and a trace block without keys in a tier
+(most of a prompt's new blocks) has no page: one probe answers for all its keys. The loop's state sits in arrays between calls, so the caller runs it a slice of requests at a time (the progress
 bar).
 """
 from __future__ import annotations
@@ -31,18 +32,24 @@ import numpy as np
 
 from ..checks import cdiv
 from ..sim.kernels import ENABLED
-from .blockpool import (EVICTED, FREE, USED, _cache, _decode_run, _free, _hit, _hit_held, _idle, _leaf, _output_key,
+from .blockpool import (EVICTED, FREE, USED, _cache, _decode_run, _free, _hit, _hit_held, _idle, _inline, _leaf, _output_key,
                         _rehash, _remove_slot, _slot, _take, _touch, BlockPool)
 
 if ENABLED:
     from numba import njit
     from numba.typed import List
-    _compiled = njit(cache=True, nogil=True)
+    # NRT named, not left to the caller: a kernel without it (blockpool._leaf) passes that on to what it calls
+    _compiled = njit(cache=True, nogil=True, _nrt=True)
+    # the step's kernels, called once or more a step with dozens of arrays: without NRT, so that binding those
+    # arguments costs no reference counting (they allocate nothing; what they call that allocates names NRT), and
+    # called from compiled code only (Python could not hand them typed lists without NRT)
+    _stepper = njit(cache=True, nogil=True, _nrt=False, no_cpython_wrapper=True)
 else:  # pragma: no cover - without numba the Python loop runs every case
     List = list
 
     def _compiled(f):
         return f
+    _stepper = _compiled
 
 # columns of the per-request int64 rows (rq)
 (PROMPT, MAXT, COMP, OUT, PH, INFL, STALE, NB, CU, FIN, HIT, PRE, SLOT, WHERE, NKEYS, GEN, APRE, HITTOK,
@@ -61,12 +68,16 @@ ARR, START, FIRST, FINISH = range(4)
 # batch entry fields (bat[b, e])
 B_RID, B_N, B_SAMPLE, B_DECODE, B_HIT, B_DRAM, B_SSD = range(7)  # B_DRAM, B_SSD: blocks loaded (-1: none)
 # host tiers: hring holds DRAM's ring, then SSD's (keys in the order they came, least recent at the head, TOMB where a
-# key left from the middle; positions count up from 0 and a ring's index is the position's low bits), the key table
-# maps a key to its position << 2 | tier; hmeta entries: per tier its keys, ring head, ring tail, ring base and
-# mask, then blocks dropped past the last tier, blocks moved (HBM to DRAM, DRAM to SSD, DRAM to HBM, SSD to HBM, HBM
-# to SSD), the trace's block tokens (a prompt key's trace block: key // tokens) and the mask of the trace block flags
+# key left from the middle; positions count up from 0 and a ring's index is the position's low bits), then per page
+# its trace block and its keys in tiers, then the stack of free pages; hpage holds a page per trace block with keys
+# in a tier (an entry per block offset: ring index << 2 | tier, -1 for none), htab maps a trace block to its page.
+# hmeta entries: per tier its keys, ring head, ring tail, ring base and mask, then blocks dropped past the last tier,
+# blocks moved (HBM to DRAM, DRAM to SSD, DRAM to HBM, SSD to HBM, HBM to SSD), the trace's block tokens (a prompt
+# key's trace block: key // tokens), the KV block size, log2 of a page's entries, where hring's page owners, page
+# counts and free pages start, how many pages are free, and two memos (trace block, its page)
 (H_COUNT1, H_COUNT2, H_HEAD1, H_HEAD2, H_TAIL1, H_TAIL2, H_BASE1, H_BASE2, H_MASK1, H_MASK2, H_DROPPED, M_HD, M_DS,
- M_DH, M_SH, M_HS, H_TB, H_SEEN) = range(18)
+ M_DH, M_SH, M_HS, H_TB, H_BS, H_WSH, H_OWN, H_PCNT, H_FREE, H_NFREE, H_MID, H_MPG, H_VID, H_VPG) = range(27)
+RING_MAX = 1 << 29  # the most places of a ring (an int32 entry holds index << 2 | tier)
 TOMB = -1  # a ring's gap (prompt keys are non-negative)
 # step pricing kinds and their float parameters (pp)
 AFFINE, ROOFLINE, ROOFLINE_V4 = range(3)
@@ -225,6 +236,36 @@ def _keys(out, rq, ids, off, r, lo, hi, tb, bs):
 
 
 @_compiled
+def _pool_hit(tabs, keys, out):
+    """blockpool._hit on the pool's key table (tabs[0]: a kernel without NRT cannot take it out of the list)."""
+    return _hit(tabs[0], keys, out)
+
+
+@_compiled
+def _pool_hit_held(tabs, blk, keys, out, need):
+    """blockpool._hit_held on the pool's key table."""
+    return _hit_held(tabs[0], blk, keys, out, need)
+
+
+@_compiled
+def _room_put(rq, bts, slots, kn, r, src):
+    """src into request r's next len(src) block slots (`_room`: the list of buffers needs NRT)."""
+    _room(rq, bts, slots, kn, r, src.shape[0])[:] = src
+
+
+@_compiled
+def _room_take(rq, bts, slots, kn, r, n, blk, tabs, meta, evbuf):
+    """blockpool._take of n free blocks into request r's next n block slots; returns the keys evicted."""
+    return _take(blk, tabs[0], meta, _room(rq, bts, slots, kn, r, n), evbuf)
+
+
+@_compiled
+def _cache_span(rq, bts, blk, tabs, meta, r, lo, hi, keys):
+    """blockpool._cache of request r's blocks lo..hi-1 under keys."""
+    _cache(blk, tabs[0], meta, bts[rq[r, SLOT]][lo:hi], keys)
+
+
+@_compiled
 def _room(rq, bts, slots, kn, r, n):
     """Request r's next n block slots (VllmScheduler._room): a buffer of its own taken from `slots` on its first
     block, grown to the most blocks r can hold."""
@@ -275,8 +316,8 @@ def _release(rq, bts, slots, blk, meta, r):
     rq[r, CU] = 0
 
 
-@_compiled
-def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hseen, hmeta, hcap, r, n,
+@_stepper
+def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hpage, hmeta, hcap, r, n,
               hit, evict, reserve, ext, admit, got):
     """VllmScheduler._allocate: blocks for n more tokens of r after its cache hits `hit` (of which `evict` sit in the
     free queue: `_hit`'s count) and `ext` blocks found in host tiers, or False when they do not fit. `admit`: r
@@ -301,19 +342,19 @@ def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, 
         nk = rq[r, NKEYS]
         keys = kbuf[:max(nk - nh, 0)]
         _keys(keys, rq, ids, off, r, nh, nh + keys.shape[0], kn[TB], bs)
-        _h_admit(htab, hring, hseen, hmeta, keys, ext, got)
+        _h_admit(htab, hpage, hring, hmeta, keys, ext, got)
     known = rq[r, CU]
     if nh:
         _touch(blk, meta, hit)
         if nb == known:
             known += nh
-        _room(rq, bts, slots, kn, r, nh)[:] = hit
+        _room_put(rq, bts, slots, kn, r, hit)
     if new > 0:
-        nev = _take(blk, tabs[0], meta, _room(rq, bts, slots, kn, r, new), evbuf)
+        nev = _room_take(rq, bts, slots, kn, r, new, blk, tabs, meta, evbuf)
         if host:
             for e in range(nev):
                 if evbuf[e] >= 0:  # prompt blocks: output blocks never reach host tiers
-                    _h_place(htab, hring, hseen, hmeta, hcap, evbuf[e])
+                    _h_place(htab, hpage, hring, hmeta, hcap, evbuf[e])
     full_blocks = min(computed + n, tokens) // bs
     cu = rq[r, CU]
     if full_blocks > cu:
@@ -322,18 +363,83 @@ def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, 
             keys = kbuf[:full_blocks - cu]
             _keys(keys, rq, ids, off, r, cu, full_blocks, kn[TB], bs)
             _room_for(tabs, meta, full_blocks - lo)
-            _cache(blk, tabs[0], meta, bts[rq[r, SLOT]][lo:full_blocks], keys[lo - cu:])
+            _cache_span(rq, bts, blk, tabs, meta, r, lo, full_blocks, keys[lo - cu:])
             if host:  # HostTiers.hashed; the hits' keys are in the pool, which leaves them no host copy
                 for i in range(lo - cu, keys.shape[0]):
-                    _h_drop(htab, hring, hseen, hmeta, keys[i])
+                    _h_drop(htab, hpage, hring, hmeta, keys[i])
         rq[r, CU] = full_blocks
     return True
 
 
 # -- host tiers (kvlab.serving.hosttiers.HostTiers under LRU or FIFO, no per-block history) -------------------------
+# A key's place is found in two steps: its trace block (key // block tokens) names a page through the directory
+# (htab, a key table of trace blocks), and its offset there an entry of that page (hpage: ring index << 2 | tier,
+# -1 where the key is in no tier). A page lives while one of its keys is in a tier. Walks go key after key through
+# one trace block, so each remembers the last trace block it looked up (a memo in hmeta: H_MID for placements and
+# lookups, H_VID for the keys leaving a ring) and probes the directory once per trace block, not once per key.
+@_inline
+def _h_find(htab, hmeta, key, memo):
+    """key's entry in hpage (-1: its trace block has no page); memo: H_MID or H_VID."""
+    if key < 0:  # an output block's key: never in a host tier
+        return -1
+    tb = hmeta[H_TB]
+    tid = key // tb
+    if hmeta[memo] == tid:
+        pg = hmeta[memo + 1]
+    else:
+        s, found = _slot(htab, tid)
+        if not found:
+            return -1
+        pg = htab[s, 1]
+        hmeta[memo] = tid
+        hmeta[memo + 1] = pg
+    return (pg << hmeta[H_WSH]) + (key - tid * tb) // hmeta[H_BS]
+
+
+@_inline
+def _h_entry(htab, hpage, hring, hmeta, key):
+    """`_h_find` for a key about to be placed: its trace block gets a page (every entry empty) if it has none."""
+    e = _h_find(htab, hmeta, key, H_MID)
+    if e >= 0:
+        return e
+    tid = key // hmeta[H_TB]
+    s, _ = _slot(htab, tid)
+    nf = hmeta[H_NFREE] - 1
+    hmeta[H_NFREE] = nf
+    pg = hring[hmeta[H_FREE] + nf]
+    w = hmeta[H_WSH]
+    for j in range(pg << w, (pg + 1) << w):
+        hpage[j] = -1
+    htab[s, 0] = tid
+    htab[s, 1] = pg
+    hring[hmeta[H_OWN] + pg] = tid
+    hmeta[H_MID] = tid
+    hmeta[H_MPG] = pg
+    return (pg << w) + (key - tid * hmeta[H_TB]) // hmeta[H_BS]
+
+
+@_inline
+def _h_clear(htab, hpage, hring, hmeta, e):
+    """Empty entry e; a page left without keys goes back to the free pages and leaves the directory."""
+    hpage[e] = -1
+    pg = e >> hmeta[H_WSH]
+    c = hring[hmeta[H_PCNT] + pg] - 1
+    hring[hmeta[H_PCNT] + pg] = c
+    if c == 0:
+        tid = hring[hmeta[H_OWN] + pg]
+        s, _ = _slot(htab, tid)
+        _remove_slot(htab, s)
+        hring[hmeta[H_FREE] + hmeta[H_NFREE]] = pg
+        hmeta[H_NFREE] += 1
+        if hmeta[H_MID] == tid:
+            hmeta[H_MID] = -1
+        if hmeta[H_VID] == tid:
+            hmeta[H_VID] = -1
+
+
 @_leaf
-def _h_compact(htab, hring, hmeta, i):
-    """Close the gaps (TOMB) of tier i + 1's ring, keeping its order; the table learns the keys' new places."""
+def _h_compact(htab, hpage, hring, hmeta, i):
+    """Close the gaps (TOMB) of tier i + 1's ring, keeping its order; the pages learn the keys' new places."""
     base, mask = hmeta[H_BASE1 + i], hmeta[H_MASK1 + i]
     w = hmeta[H_HEAD1 + i]
     for p in range(w, hmeta[H_TAIL1 + i]):
@@ -341,29 +447,28 @@ def _h_compact(htab, hring, hmeta, i):
         if k != TOMB:
             if p != w:
                 hring[base + (w & mask)] = k
-                s, _ = _slot(htab, k)
-                htab[s, 1] = w << 2 | (i + 1)
+                hpage[_h_find(htab, hmeta, k, H_VID)] = (w & mask) << 2 | (i + 1)
             w += 1
     hmeta[H_TAIL1 + i] = w
 
 
-@_leaf
-def _h_append(htab, hring, hmeta, t, key, s):
-    """key (its table slot: s) becomes tier t's most recent (t: 1 DRAM, 2 SSD)."""
+@_inline
+def _h_append(htab, hpage, hring, hmeta, t, key, e):
+    """key (its entry: e) becomes tier t's most recent (t: 1 DRAM, 2 SSD)."""
     i = t - 1
     if hmeta[H_TAIL1 + i] - hmeta[H_HEAD1 + i] > hmeta[H_MASK1 + i]:  # the ring is full: close its gaps
-        _h_compact(htab, hring, hmeta, i)
+        _h_compact(htab, hpage, hring, hmeta, i)
     p = hmeta[H_TAIL1 + i]
-    hring[hmeta[H_BASE1 + i] + (p & hmeta[H_MASK1 + i])] = key
+    ix = p & hmeta[H_MASK1 + i]
+    hring[hmeta[H_BASE1 + i] + ix] = key
     hmeta[H_TAIL1 + i] = p + 1
-    htab[s, 0] = key
-    htab[s, 1] = p << 2 | t
+    hpage[e] = ix << 2 | t
     hmeta[H_COUNT1 + i] += 1
 
 
-@_leaf
+@_inline
 def _h_pop(hring, hmeta, t):
-    """Tier t's least recent key, taken off its ring (the table still holds it)."""
+    """Tier t's least recent key, taken off its ring (its entry still names its place)."""
     i = t - 1
     base, mask = hmeta[H_BASE1 + i], hmeta[H_MASK1 + i]
     p = hmeta[H_HEAD1 + i]
@@ -376,20 +481,20 @@ def _h_pop(hring, hmeta, t):
     return k
 
 
-@_leaf
-def _h_release(htab, hring, hmeta, s):
-    """Drop the key in table slot s from its tier (a gap in its ring) and from the table; returns its tier."""
-    v = htab[s, 1]
+@_inline
+def _h_release(htab, hpage, hring, hmeta, e):
+    """Take the key of entry e out of its tier (a gap in its ring); returns its tier."""
+    v = hpage[e]
     t = v & 3
     i = t - 1
-    hring[hmeta[H_BASE1 + i] + ((v >> 2) & hmeta[H_MASK1 + i])] = TOMB
+    hring[hmeta[H_BASE1 + i] + (v >> 2)] = TOMB
     hmeta[H_COUNT1 + i] -= 1
-    _remove_slot(htab, s)
+    _h_clear(htab, hpage, hring, hmeta, e)
     return t
 
 
 @_leaf
-def _h_place(htab, hring, hseen, hmeta, hcap, key):
+def _h_place(htab, hpage, hring, hmeta, hcap, key):
     """TierStack.place_many of one key the pool evicted (a prompt block): stored as DRAM's most recent (else SSD's),
     the least recent of a full tier sinking to the next one or dropped past the last."""
     t = 1 if hcap[1] else 2 if hcap[2] else 3
@@ -397,61 +502,49 @@ def _h_place(htab, hring, hseen, hmeta, hcap, key):
         hmeta[H_DROPPED] += 1
         return
     hmeta[M_HD if t == 1 else M_HS] += 1
-    hseen[(key // hmeta[H_TB]) & hmeta[H_SEEN]] = 1
-    s, _ = _slot(htab, key)
-    _h_append(htab, hring, hmeta, t, key, s)
+    e = _h_entry(htab, hpage, hring, hmeta, key)
+    hring[hmeta[H_PCNT] + (e >> hmeta[H_WSH])] += 1
+    _h_append(htab, hpage, hring, hmeta, t, key, e)
     while hmeta[H_COUNT1 + t - 1] > hcap[t]:  # the tier's least recent leaves
         v = _h_pop(hring, hmeta, t)
-        s, _ = _slot(htab, v)
+        ev = _h_find(htab, hmeta, v, H_VID)
         if t == 1 and hcap[2]:
             hmeta[M_DS] += 1
-            _h_append(htab, hring, hmeta, 2, v, s)
+            _h_append(htab, hpage, hring, hmeta, 2, v, ev)
             t = 2
         else:
-            _remove_slot(htab, s)
+            _h_clear(htab, hpage, hring, hmeta, ev)
             hmeta[H_DROPPED] += 1
 
 
 @_leaf
-def _h_maybe(hseen, hmeta, key):
-    """Whether key may sit in a host tier: only prompt keys (non-negative) of a trace block one of whose keys was
-    placed there before can (most lookups are of blocks new to the run, answered here without probing the table).
-    Trace blocks share a flag where the ids outnumber the flags (ids are dense from kvlab's loaders): a shared flag
-    only sends more lookups to the table."""
-    return key >= 0 and hseen[(key // hmeta[H_TB]) & hmeta[H_SEEN]] != 0
-
-
-@_leaf
-def _h_drop(htab, hring, hseen, hmeta, key):
+def _h_drop(htab, hpage, hring, hmeta, key):
     """HostTiers.hashed of one key: the pool hashed it, so a host copy is stale and dropped."""
-    if not _h_maybe(hseen, hmeta, key):
-        return
-    s, found = _slot(htab, key)
-    if found:
-        _h_release(htab, hring, hmeta, s)
+    e = _h_find(htab, hmeta, key, H_MID)
+    if e >= 0 and hpage[e] >= 0:
+        _h_release(htab, hpage, hring, hmeta, e)
 
 
 @_leaf
-def _h_run(htab, keys):
+def _h_run(htab, hpage, hmeta, keys):
     """HostTiers.run: how many leading keys sit in DRAM or SSD."""
     for i in range(keys.shape[0]):
-        if not _slot(htab, keys[i])[1]:
+        e = _h_find(htab, hmeta, keys[i], H_MID)
+        if e < 0 or hpage[e] < 0:
             return i
     return keys.shape[0]
 
 
 @_leaf
-def _h_admit(htab, hring, hseen, hmeta, keys, run, got):
+def _h_admit(htab, hpage, hring, hmeta, keys, run, got):
     """HostTiers.admit without history: every key of keys (the prompt's past its pool hit) found in a host tier is
     taken out; got = [blocks of the first `run` loaded from DRAM, from SSD]."""
     got[0] = 0
     got[1] = 0
     for i in range(keys.shape[0]):
-        if not _h_maybe(hseen, hmeta, keys[i]):
-            continue
-        s, found = _slot(htab, keys[i])
-        if found:
-            t = _h_release(htab, hring, hmeta, s)
+        e = _h_find(htab, hmeta, keys[i], H_MID)
+        if e >= 0 and hpage[e] >= 0:
+            t = _h_release(htab, hpage, hring, hmeta, e)
             if i < run:
                 got[t - 1] += 1
                 hmeta[M_DH if t == 1 else M_SH] += 1
@@ -543,7 +636,7 @@ def _pop(ht, hr, ist):
 
 
 # -- the scheduler (VllmScheduler) --------------------------------------------------------------------------------
-@_compiled
+@_stepper
 def _preempt(rq, bts, slots, blk, meta, wq, ist, r):
     _release(rq, bts, slots, blk, meta, r)
     rq[r, COMP] = 0
@@ -567,8 +660,8 @@ def _entry(bat, bcnt, b, r, n, decode, hit):
     bcnt[b] = e + 1
 
 
-@_compiled
-def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hseen, hmeta,
+@_stepper
+def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hpage, hmeta,
               hcap, got, wq, run, ist, bat, bcnt, b, pre):
     """VllmScheduler.schedule into batch buffer b; the requests it preempted go to pre[:ist[NPRE]]."""
     bcnt[b] = 0
@@ -597,7 +690,7 @@ def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
             i += 1
             continue
         ok = True
-        while not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hseen, hmeta,
+        while not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hpage, hmeta,
                             hcap, r, n, hbuf[:0], 0, False, 0, False, got):
             ist[NRUN] -= 1
             victim = run[ist[NRUN]]
@@ -633,21 +726,21 @@ def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
                     # that failed before stops its walk once that is certain (a failed admission changes nothing
                     # and stops admission, as this does)
                     need = (min(tokens, mml) + bs - 1) // bs - meta[FREE]
-                    nh, held, short = _hit_held(tabs[0], blk, keys, hbuf, need)
+                    nh, held, short = _pool_hit_held(tabs, blk, keys, hbuf, need)
                     if short:
                         break
                 else:
-                    nh = _hit(tabs[0], keys, hbuf)
+                    nh = _pool_hit(tabs, keys, hbuf)
                     held = nh - _idle(blk, hbuf[:nh])
                 if host:  # the run continues in DRAM / SSD
-                    ext = _h_run(htab, keys[nh:])
+                    ext = _h_run(htab, hpage, hmeta, keys[nh:])
             n = whole = tokens - (nh + ext) * bs - rq[r, COMP]
             if 0 < threshold < n:
                 n = threshold
             if not kn[CHUNKED] and n > budget:
                 break
             n = min(n, budget)
-            if not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hseen,
+            if not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hpage,
                              hmeta, hcap, r, n, hbuf[:nh], nh - held, kn[RESERVE] != 0, ext, admit, got):
                 stuck = kn[RESERVE] != 0 or (n == whole and ext == 0)
                 rq[r, FAILED] = 1
@@ -691,7 +784,7 @@ def _leave(rq, rt, nxt, gap, ht, hr, ist, fst, r, now):
     ist[DONE] += 1
 
 
-@_compiled
+@_stepper
 def _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, b, nxt, gap, ht, hr, now):
     """VllmScheduler.update of batch b at `now`, with VllmReplica._apply's and EventLoop.finish's bookkeeping."""
     for e in range(bcnt[b]):
@@ -747,7 +840,7 @@ def _decode_room(rq, kn, run, ist, meta, bat, bcnt, most):
 
 
 @_compiled
-def _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m, host, htab, hring, hseen, hmeta, hcap):
+def _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m, host, htab, hring, hpage, hmeta, hcap):
     """VllmScheduler.skip_decodes without host tiers: up to m decode steps of the running batch at once; returns
     how many (fewer where the free queue runs short), or -1 when a request outgrew its segment."""
     bs, mml, caching = kn[BS], kn[MML], kn[CACHING]
@@ -798,9 +891,9 @@ def _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m, ho
         for e in range(ne):  # host tiers told in order: keys the stretch evicted, keys it hashed
             if log[0, e] == EVICTED:
                 if log[2, e] >= 0:
-                    _h_place(htab, hring, hseen, hmeta, hcap, log[2, e])
+                    _h_place(htab, hpage, hring, hmeta, hcap, log[2, e])
             else:
-                _h_drop(htab, hring, hseen, hmeta, log[2, e])
+                _h_drop(htab, hpage, hring, hmeta, log[2, e])
         for q in range(na):
             r = act[q]
             add = nba[q] - rq[r, NB]
@@ -816,8 +909,8 @@ def _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m, ho
 
 
 # -- the replica's step and the event loop ------------------------------------------------------------------------
-@_compiled
-def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hseen, hmeta,
+@_stepper
+def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hpage, hmeta,
           hcap, hread, got, wq, run, ist, fst, bat, bcnt, pre, nxt, gap, ht, hr, kind, pp, wbt, kv_at, fl_at, win,
           whole, pn, pc, dc, flbuf, dts, kvs, fls, now):
     """VllmReplica.step and EventLoop.step_vllm at `now`: apply what is due, schedule, price, fast-forward."""
@@ -826,14 +919,14 @@ def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
         _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
         ist[INFL_ON] = 0
     b = 1 - ist[INFL_B]
-    _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hseen, hmeta,
+    _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hpage, hmeta,
               hcap, got, wq, run, ist, bat, bcnt, b, pre)
     if bcnt[b] == 0 and ist[INFL_ON]:
         for q in range(ist[NPRE]):  # a first try may preempt and still schedule nothing: those preemptions stand
             rq[pre[q], APRE] += 1
         _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
         ist[INFL_ON] = 0
-        _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hseen,
+        _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hpage,
                   hmeta, hcap, got, wq, run, ist, bat, bcnt, b, pre)
     if ist[INFL_ON]:
         _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
@@ -902,7 +995,7 @@ def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
                         chunk *= 2
                     t += dts[m]
                 m = _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m, host, htab, hring,
-                                  hseen, hmeta, hcap)
+                                  hpage, hmeta, hcap)
                 if m < 0:
                     return -1
                 if m:
@@ -921,7 +1014,7 @@ def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
 
 @_compiled
 def _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, win, whole, ht, hr, wq, run, bat, bcnt,
-         pre, blk, tabs, meta, bts, slots, htab, hring, hseen, hmeta, hcap, hread, ist, fst, stop_done):
+         pre, blk, tabs, meta, bts, slots, htab, hring, hpage, hmeta, hcap, hread, ist, fst, stop_done):
     """EventLoop.run for one replica until `stop_done` requests have left or nothing is left; returns 0 when the
     run is over, 1 when stopped early (call again to go on), 2 when requests are left that can never be scheduled,
     3 when a decode stretch outgrew its segment."""
@@ -945,7 +1038,7 @@ def _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, wi
         if ist[DUE] and t_next > fst[DUE_T]:
             ist[DUE] = 0
             if _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring,
-                     hseen, hmeta, hcap, hread, got, wq, run, ist, fst, bat, bcnt, pre, nxt, gap, ht, hr, kind, pp, wbt,
+                     hpage, hmeta, hcap, hread, got, wq, run, ist, fst, bat, bcnt, pre, nxt, gap, ht, hr, kind, pp, wbt,
                      kv_at, fl_at, win, whole, pn, pc, dc, flbuf, dts, kvs, fls, fst[DUE_T]) < 0:
                 return 3
             continue
@@ -1000,6 +1093,8 @@ def unsupported(cfg, model, trace, knobs, *, host, logging: bool) -> str | None:
         return "several replicas"
     if host is not None and (host.stack.history or set(host.stack.policies[1:]) - {"lru", "fifo"}):
         return "host tiers with an admission rule, a TTL or a policy other than LRU / FIFO"
+    if host is not None and (max(host.stack.cap[1:]) >= RING_MAX // 4 or not _pages_fit(trace, knobs)):
+        return "host tiers past 2^27 blocks, or trace blocks whose KV block offsets differ between requests"
     if logging:
         return "a per-step log"
     if type(model) is Roofline:
@@ -1009,6 +1104,22 @@ def unsupported(cfg, model, trace, knobs, *, host, logging: bool) -> str | None:
     if type(model) is AffineStepModel:
         return None
     return f"step times from {type(model).__name__}"
+
+
+def _pages_fit(trace, knobs) -> bool:
+    """Whether each trace block's prompt keys fall on distinct entries of its host-tier page (offset // block
+    size): always when the block size divides the trace's block tokens, else when every trace block sits at one
+    place in the requests naming it (as kvlab's traces do: a trace block names everything before it too)."""
+    tb, bs = trace.block_tokens, knobs.block_size
+    if tb % bs == 0 or trace.block_ids is None or not len(trace.block_ids):
+        return True
+    off = np.asarray(trace.block_offsets, np.int64)
+    ids = np.asarray(trace.block_ids, np.int64)
+    pos = np.arange(len(ids)) - np.repeat(off[:-1], np.diff(off))  # [A] each access's place in its request
+    res = (pos * tb) % bs  # [A] its keys' offsets, modulo the block size, are a function of this
+    order = np.lexsort((res, ids))
+    ids, res = ids[order], res[order]
+    return not np.any((ids[1:] == ids[:-1]) & (res[1:] != res[:-1]))
 
 
 def _pricing(model, trace, knobs):
@@ -1050,20 +1161,32 @@ def prompt_key_counts(trace, block_size: int, caching: bool) -> np.ndarray:
     return np.where(span >= 0, np.minimum(inp // block_size, span // block_size + 1), 0).astype(np.int64)
 
 
-def host_state(hcap, block_tokens: int, trace_blocks: int):
-    """The compiled host tiers' empty state for tiers of hcap[1], hcap[2] blocks: (key table, rings, flags of the
-    trace blocks placed so far, hmeta); `block_tokens`: the trace's block tokens; `trace_blocks`: its largest block
-    id + 1, or the block accesses where fewer (the flags are one per id up to a power of two of that size)."""
-    slots = 1 << max(int(2 * (hcap.sum() + 2)).bit_length(), 4)  # the key table, at most half full
-    htab = np.full((slots, 2), -1, np.int64)
+def host_state(hcap, block_tokens: int, block_size: int, trace_blocks: int):
+    """The compiled host tiers' empty state for tiers of hcap[1], hcap[2] blocks: (trace block directory, rings
+    and page records, pages, hmeta); `block_tokens`: the trace's block tokens; `block_size`: the pool's tokens per
+    KV block; `trace_blocks`: at most how many trace blocks the run names (pages: one per trace block with a key in
+    a tier, so at most the tiers' blocks or this, whichever is fewer). Pages are allocated lazily (np.empty): a page
+    is written when a trace block first takes it."""
     size = [1 << int(2 * c + 2).bit_length() for c in hcap[1:]]  # a ring per tier, over twice its blocks
-    hmeta = np.zeros(18, np.int64)
+    if max(size) > RING_MAX:  # `unsupported` sends such runs to the Python loop
+        raise ValueError(f"host tiers of {int(hcap[1]):,} and {int(hcap[2]):,} blocks: past the compiled rings")
+    pages = int(min(hcap[1] + hcap[2], max(trace_blocks, 0))) + 1
+    width = max(-(-block_tokens // block_size) - 1, 0).bit_length()  # log2 of a page's entries
+    slots = 1 << max(int(2 * (pages + 2)).bit_length(), 4)  # the directory, at most half full
+    htab = np.full((slots, 2), -1, np.int64)
+    hmeta = np.zeros(27, np.int64)
     hmeta[H_BASE2] = size[0]
     hmeta[H_MASK1], hmeta[H_MASK2] = size[0] - 1, size[1] - 1
-    hmeta[H_TB] = block_tokens
-    flags = 1 << max(int(trace_blocks) - 1, 0).bit_length()
-    hmeta[H_SEEN] = flags - 1
-    return htab, np.empty(sum(size), np.int64), np.zeros(flags, np.uint8), hmeta
+    hmeta[H_TB], hmeta[H_BS], hmeta[H_WSH] = block_tokens, block_size, width
+    hmeta[H_OWN] = sum(size)
+    hmeta[H_PCNT] = hmeta[H_OWN] + pages
+    hmeta[H_FREE] = hmeta[H_PCNT] + pages
+    hmeta[H_NFREE] = pages
+    hmeta[H_MID] = hmeta[H_VID] = -1
+    hring = np.empty(sum(size) + 3 * pages, np.int64)
+    hring[hmeta[H_PCNT]:hmeta[H_FREE]] = 0
+    hring[hmeta[H_FREE]:] = np.arange(pages - 1, -1, -1)  # page 0 taken first
+    return htab, hring, np.empty(pages << width, np.int32), hmeta
 
 
 def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching: bool, fast_forward: bool, host=None,
@@ -1116,14 +1239,15 @@ def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching:
     if host is not None:
         hcap[1:] = host.stack.cap[1:]
         hread[:] = host.read_s
-    htab, hring, hseen, hmeta = host_state(
-        hcap, trace.block_tokens, min(int(ids.max()) + 1, 2 * ids.shape[0]) if host is not None and ids.shape[0] else 1)
+    htab, hring, hpage, hmeta = host_state(
+        hcap, trace.block_tokens, knobs.block_size,
+        min(int(ids.max()) + 1, ids.shape[0]) if host is not None and ids.shape[0] else 0)
     nxt, gap = np.asarray(nxt, np.int64), np.asarray(gap, float)
     chunk = max(2_000, R // 100)  # requests finished between progress updates
     while True:
         before = int(ist[DONE])
         code = _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, win, whole, ht, hr, wq, run,
-                    bat, bcnt, pre, pool.blk, tabs, pool.meta, bts, slots, htab, hring, hseen, hmeta, hcap, hread, ist,
+                    bat, bcnt, pre, pool.blk, tabs, pool.meta, bts, slots, htab, hring, hpage, hmeta, hcap, hread, ist,
                     fst, before + chunk)
         if progress is not None:
             progress.update(int(ist[DONE]) - before)
