@@ -59,11 +59,22 @@ def _convert_models(items) -> None:
     except ImportError:  # the hf extra is absent: the notebook says so in its first cell
         return
     from ..errors import KvlabError
+    from ..hf.pretrained import models_dir
     text = "".join(Path(p).read_text() for p in sorted(notebooks))
-    for name, entry in REGISTRY.items():
-        if f'\\"{name}\\"' in text or f"'{name}'" in text:  # a quoted name in a cell's source
+    names = [n for n in REGISTRY if f'\\"{n}\\"' in text or f"'{n}'" in text]  # quoted in a cell's source
+    if not names:
+        return
+    here = models_dir()
+    here.mkdir(parents=True, exist_ok=True)
+    with open(here / ".convert.lock", "w") as lock:
+        try:  # pytest-xdist workers: one converts, the others wait for it and find the model ready
+            import fcntl
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except ImportError:  # not POSIX: each converts (into its own hidden folder, renamed into place)
+            pass
+        for name in names:
             try:
-                ensure(entry)
+                ensure(REGISTRY[name])
             except KvlabError:  # not installed here: the notebook's first cell says so in its own words
                 pass
 
