@@ -21,7 +21,8 @@ keys there (an entry per KV block of the trace block: its ring place), found thr
 Without per-block history time plays no part in them, and an LRU tier behaves as a FIFO one: the pool places,
 hashing and admission remove, nothing looks a host block up in place. Those walks go through a prompt's blocks in
 order, so a trace block's page is looked up once for its run of keys, and a trace block without keys in a tier
-(most of a prompt's new blocks) has no page: one probe answers for all its keys. The loop's state sits in arrays between calls, so the caller runs it a slice of requests at a time (the progress
+(most of a prompt's new blocks) has no page: one probe answers for all its keys. The loop's state sits in arrays
+between calls, so the caller runs it a slice of requests at a time (the progress
 bar).
 """
 from __future__ import annotations
@@ -32,8 +33,8 @@ import numpy as np
 
 from ..checks import cdiv
 from ..sim.kernels import ENABLED
-from .blockpool import (EVICTED, FREE, USED, _cache, _decode_run, _free, _hit, _hit_held, _idle, _inline, _leaf, _output_key,
-                        _rehash, _remove_slot, _slot, _take, _touch, BlockPool)
+from .blockpool import (EVICTED, FREE, USED, _cache, _decode_run, _free, _hit, _hit_held, _idle, _inline, _leaf,
+                        _output_key, _rehash, _remove_slot, _slot, _take, _touch, BlockPool)
 
 if ENABLED:
     from numba import njit
@@ -378,6 +379,12 @@ def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, 
 # one trace block, so each remembers the last trace block it looked up (a memo in hmeta: H_MID for placements and
 # lookups, H_VID for the keys leaving a ring) and probes the directory once per trace block, not once per key.
 @_inline
+def _h_at(hmeta, pg, tid, key):
+    """Entry of key (of trace block tid) in page pg: the page's first entry + its offset // block size."""
+    return (pg << hmeta[H_WSH]) + (key - tid * hmeta[H_TB]) // hmeta[H_BS]
+
+
+@_inline
 def _h_find(htab, hmeta, key, memo):
     """key's entry in hpage (-1: its trace block has no page); memo: H_MID or H_VID."""
     if key < 0:  # an output block's key: never in a host tier
@@ -393,7 +400,7 @@ def _h_find(htab, hmeta, key, memo):
         pg = htab[s, 1]
         hmeta[memo] = tid
         hmeta[memo + 1] = pg
-    return (pg << hmeta[H_WSH]) + (key - tid * tb) // hmeta[H_BS]
+    return _h_at(hmeta, pg, tid, key)
 
 
 @_inline
@@ -415,7 +422,7 @@ def _h_entry(htab, hpage, hring, hmeta, key):
     hring[hmeta[H_OWN] + pg] = tid
     hmeta[H_MID] = tid
     hmeta[H_MPG] = pg
-    return (pg << w) + (key - tid * hmeta[H_TB]) // hmeta[H_BS]
+    return _h_at(hmeta, pg, tid, key)
 
 
 @_inline
