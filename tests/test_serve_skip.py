@@ -260,6 +260,40 @@ def test_block_pool_bulk_operations_equal_one_block_at_a_time(seed, monkeypatch)
     assert not seed % 2 or len(fast.tab) > 4 * 8, "the key table never grew"
 
 
+@pytest.mark.parametrize("n", [8, 9, 33])
+def test_free_queue_ring_closes_its_gaps_in_order(n):
+    """Hits taking free blocks from the middle of the queue leave gaps in its ring; a ring full of them is closed
+    up (every block keeping its place in the order, and learning its new one) while no take moves its head: the
+    queue, later hits, the evictions and their order stay the plain pool's."""
+    from kvlab.serving.blockpool import QHEAD, QMASK, QTAIL, BlockPool
+    rng = np.random.default_rng(n)
+    fast, plain = BlockPool(n), PlainPool(n)
+    fast.evicted = []
+    ring = int(fast.meta[QMASK]) + 1
+    blocks = fast.take(n - 1)
+    assert blocks == plain.take(n - 1)
+    keys = list(range(100, 100 + n - 1))
+    for p in (fast, plain):
+        p.cache_many(blocks, keys)
+        p.free(blocks)
+    closed = 0
+    for _ in range(6 * ring):
+        lo = int(rng.integers(n - 1))
+        hi = int(rng.integers(lo, n - 1)) + 1
+        hit = fast.hit(keys[lo:hi]).tolist()  # a run from the middle (its first key's block onwards)
+        assert hit == plain.hit(keys[lo:hi])
+        before = int(fast.meta[QTAIL] - fast.meta[QHEAD])
+        for p in (fast, plain):
+            p.touch(hit)
+            p.free(hit)
+        closed += int(fast.meta[QTAIL] - fast.meta[QHEAD]) < before  # the ring was full and closed its gaps
+        assert fast.queue() == plain.q
+    assert closed > 0, "the ring never filled"
+    assert fast.take(n - 1) == plain.take(n - 1)  # every block evicted, least recently freed first
+    assert fast.evicted == plain.evicted and len(fast.evicted) == n - 1
+    assert fast.queue() == plain.q == []
+
+
 EDGE_KEYS = [0, 1, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 1, 2**62 + 12345, 2**63 - 1, -1, -2**31, -2**31 - 1,
              -2**32, -2**63]
 
@@ -286,9 +320,11 @@ def test_block_rows_keep_every_int64_key(numba, monkeypatch):
 
 
 def test_block_pool_past_32_bit_block_numbers_is_refused():
-    """Block rows number blocks in int32: a pool past that is one clear error, before anything is allocated."""
+    """Block rows number blocks, and their places in the free queue's ring, in int32: a pool past that is one clear
+    error, before anything is allocated."""
     from kvlab.errors import ParameterError
-    from kvlab.serving.blockpool import BlockPool
-    with pytest.raises(ParameterError, match="32 bits"):
-        BlockPool(2**31 - 2)
+    from kvlab.serving.blockpool import MAX_BLOCKS, BlockPool
+    for n in (MAX_BLOCKS + 1, 2**31 - 2):
+        with pytest.raises(ParameterError, match="32 bits"):
+            BlockPool(n)
     assert BlockPool(1000).blk.dtype == np.int32

@@ -10,18 +10,24 @@ cached block is taken anew is recorded in `evicted` when host tiers listen (kvla
 
 A request takes, hits, hashes and frees about a thousand blocks at once, so the pool's state lives in arrays and
 each operation over a request's blocks is one compiled (numba) loop, as vLLM's own pool walks them one by one:
-  blk    [N + 2, 8] int32 per block: reference count, hashed flag, key (its low and high halves), the free
-         queue's links (a doubly linked list through the blocks, as vLLM's FreeKVCacheBlockQueue, rows N and N + 1
-         its head and tail sentinels), the next block cached under the same key (-1: none) and a spare column: rows
-         of 32 bytes, aligned, two to a cache line (int64 rows of 48 bytes, half of them across two lines, ran the
-         pool about a tenth slower)
+  blk    [N, 8] int32 per block: reference count, hashed flag, key (its low and high halves), its place in the
+         free queue's ring (while it sits there), the next block cached under the same key (-1: none) and two spare
+         columns: rows of 32 bytes, aligned, two to a cache line (int64 rows of 48 bytes, half of them across two
+         lines, ran the pool about a tenth slower)
+  fq     [N + R] int32 the free queue (vLLM's FreeKVCacheBlockQueue, a doubly linked list, in two arrays): a stack
+         of the free unhashed blocks (fq[:meta[NSTK]], its top the queue's head), then a ring of R >= 2N places
+         holding the free hashed blocks least recently freed first (positions meta[QHEAD] to meta[QTAIL] count up
+         from 0, a place is the position's low bits; -1 where a block left from the middle, a hit taking it: the
+         ring closes such gaps when it fills). Taking from the queue's hashed end reads the ring in order, so the
+         rows it visits are known ahead (a linked list's walk waits on each row in turn)
   tab    [S, 2] the key table: key and the first block cached under it (-1: an empty slot); open addressing with
          linear probing, removal by backward shift (no tombstones), at most half full (it doubles before)
-  meta   [3] free blocks, keys in the table, the next never-used block
+  meta   [7] free blocks, keys in the table, the next never-used block, the stack's height, the ring's head and
+         tail positions and its mask (R - 1)
 A decode stretch's takes and hashes (kvlab.serving.scheduler.VllmScheduler.skip_decodes) are one compiled loop too
 (`_decode_run`).
-Never-used blocks are not linked: they are a range between the queue's unhashed head and its hashed tail, so a pool
-of millions of blocks costs nothing until its blocks are used (np.zeros pages in lazily). Without numba
+Never-used blocks are in neither: they are a range between the queue's unhashed head and its hashed tail, so a pool
+of millions of blocks costs nothing until its blocks are used (np.zeros and np.empty page in lazily). Without numba
 (KVLAB_NUMBA=0) the same functions run as plain Python, slowly.
 """
 from __future__ import annotations
@@ -30,8 +36,10 @@ import numpy as np
 
 from ..errors import ParameterError
 from ..sim.kernels import ENABLED
+from .prefetch import prefetch
 
 NONE = np.zeros(0, np.int64)  # no blocks
+AHEAD = 8  # how many blocks or keys ahead a loop asks for the rows and slots it will visit (`prefetch`)
 
 if ENABLED:
     from numba import njit
@@ -47,9 +55,10 @@ else:  # pragma: no cover - without numba the kernels below run as plain Python
         return f
     _leaf = _inline = _compiled
 
-REF, HASHED, KEY_LO, KEY_HI, PREV, NEXT, SAME = range(7)  # columns of blk (int32; the key's two halves)
+REF, HASHED, KEY_LO, KEY_HI, QPOS, SAME = range(6)  # columns of blk (int32; the key's two halves)
 COLS = 8  # a row is 32 bytes: two to a cache line
-FREE, USED, FRESH = range(3)  # entries of meta
+MAX_BLOCKS = 1 << 30  # the most blocks of a pool: its ring's places (R < 4N) fit an int32
+FREE, USED, FRESH, NSTK, QHEAD, QTAIL, QMASK = range(7)  # entries of meta
 EVICTED, HASHED_KEY = 0, 1  # kinds of a decode run's log entries (what host tiers are told, in order)
 
 
@@ -132,33 +141,44 @@ def _key(blk, b):
     return (np.int64(blk[b, KEY_HI]) << 32) | (np.int64(blk[b, KEY_LO]) & 0xFFFFFFFF)
 
 
-# -- the free queue -----------------------------------------------------------------------------------------------
-@_inline
-def _unlink(blk, b):
-    p, n = blk[b, PREV], blk[b, NEXT]
-    blk[p, NEXT] = n
-    blk[n, PREV] = p
+# -- the free queue ---------------------------------------------------------------------------------------------
+@_leaf
+def _compact(blk, fq, meta):
+    """Close the ring's gaps, keeping its order (each block moved learns its new place)."""
+    base, mask = blk.shape[0], meta[QMASK]
+    w = meta[QHEAD]
+    for p in range(meta[QHEAD], meta[QTAIL]):
+        b = fq[base + (p & mask)]
+        if b >= 0:
+            if p != w:
+                fq[base + (w & mask)] = b
+                blk[b, QPOS] = w & mask
+            w += 1
+    meta[QTAIL] = w
 
 
 @_inline
-def _link(blk, p, b, n):
-    """Put b between neighbours p and n."""
-    blk[p, NEXT] = b
-    blk[b, PREV] = p
-    blk[b, NEXT] = n
-    blk[n, PREV] = b
+def _push_back(blk, fq, meta, b):
+    """Hashed block b joins the queue's tail (the ring's newest)."""
+    if meta[QTAIL] - meta[QHEAD] > meta[QMASK]:  # full: close its gaps (at most N of its R >= 2N places hold blocks)
+        _compact(blk, fq, meta)
+    p = meta[QTAIL] & meta[QMASK]
+    fq[blk.shape[0] + p] = b
+    blk[b, QPOS] = p
+    meta[QTAIL] += 1
 
 
 @_inline
-def _push_back(blk, b):
-    t = blk.shape[0] - 1  # tail sentinel
-    _link(blk, blk[t, PREV], b, t)
-
-
-@_inline
-def _push_front(blk, b):
-    h = blk.shape[0] - 2  # head sentinel
-    _link(blk, h, b, blk[h, NEXT])
+def _pop_front(blk, fq, meta):
+    """The ring's oldest block, taken off it (the queue's hashed end)."""
+    base, mask = blk.shape[0], meta[QMASK]
+    p = meta[QHEAD]
+    b = fq[base + (p & mask)]
+    while b < 0:
+        p += 1
+        b = fq[base + (p & mask)]
+    meta[QHEAD] = p + 1
+    return b
 
 
 # -- pool operations over a run of blocks -------------------------------------------------------------------------
@@ -185,21 +205,30 @@ def _drop(blk, tab, meta, b):
 
 
 @_leaf
-def _take(blk, tab, meta, out, evicted):
+def _take(blk, fq, tab, meta, out, evicted):
     """Take len(out) free blocks in queue order (unhashed head, never-used range, hashed tail), each dropping its
     hash and held once; keys evicted go to `evicted` in order. Returns how many were evicted."""
-    n_blocks = blk.shape[0] - 2
-    head, tail = n_blocks, n_blocks + 1
+    n_blocks = blk.shape[0]
     nev = 0
     for i in range(out.shape[0]):
-        b = blk[head, NEXT]
-        if b != tail and blk[b, HASHED] == 0:  # put back at the head
-            _unlink(blk, b)
-        elif meta[FRESH] < n_blocks:  # never used: no hash, not linked
+        if meta[NSTK]:  # put back at the head
+            meta[NSTK] -= 1
+            b = fq[meta[NSTK]]
+        elif meta[FRESH] < n_blocks:  # never used: no hash, in no queue
             b = meta[FRESH]
             meta[FRESH] += 1
         else:  # the tail's least recently freed
-            _unlink(blk, b)
+            b = _pop_front(blk, fq, meta)
+            p = meta[QHEAD] + AHEAD  # rows a few places on, then the key slot of one half as far
+            if p < meta[QTAIL]:
+                c = fq[n_blocks + (p & meta[QMASK])]
+                if c >= 0:
+                    prefetch(blk, c)
+            p -= AHEAD // 2
+            if p < meta[QTAIL]:
+                c = fq[n_blocks + (p & meta[QMASK])]
+                if c >= 0:
+                    prefetch(tab, _home(_key(blk, c), tab.shape[0] - 1))
             if _drop(blk, tab, meta, b):
                 evicted[nev] = _key(blk, b)
                 nev += 1
@@ -210,12 +239,16 @@ def _take(blk, tab, meta, out, evicted):
 
 
 @_leaf
-def _touch(blk, meta, blocks):
-    """Hold each of `blocks` (distinct) once more; a free one leaves the queue."""
-    for i in range(blocks.shape[0]):
+def _touch(blk, fq, meta, blocks):
+    """Hold each of `blocks` (distinct cache hits) once more; a free one leaves the queue (a gap in the ring)."""
+    base = blk.shape[0]
+    n = blocks.shape[0]
+    for i in range(n):
+        if i + AHEAD < n:
+            prefetch(blk, blocks[i + AHEAD])
         b = blocks[i]
         if blk[b, REF] == 0:
-            _unlink(blk, b)
+            fq[base + blk[b, QPOS]] = -1
             meta[FREE] -= 1
         blk[b, REF] += 1
 
@@ -223,8 +256,10 @@ def _touch(blk, meta, blocks):
 @_leaf
 def _idle(blk, blocks):
     """How many of `blocks` no request holds."""
-    n = 0
-    for i in range(blocks.shape[0]):
+    n, m = 0, blocks.shape[0]
+    for i in range(m):
+        if i + AHEAD < m:
+            prefetch(blk, blocks[i + AHEAD])
         n += blk[blocks[i], REF] == 0
     return n
 
@@ -232,7 +267,10 @@ def _idle(blk, blocks):
 @_leaf
 def _hit(tab, keys, out):
     """Blocks cached for the longest run of leading keys, in out[:m]; returns m."""
-    for i in range(keys.shape[0]):
+    n, mask = keys.shape[0], tab.shape[0] - 1
+    for i in range(n):
+        if i + AHEAD < n:
+            prefetch(tab, _home(keys[i + AHEAD], mask))
         s, found = _slot(tab, keys[i])
         if not found:
             return i
@@ -286,7 +324,11 @@ def _cache_one(blk, tab, meta, b, k):
 @_leaf
 def _cache(blk, tab, meta, blocks, keys):
     """Hash blocks[i] under keys[i], in order (a key's first block is what a hit takes)."""
-    for i in range(min(blocks.shape[0], keys.shape[0])):
+    n, mask = min(blocks.shape[0], keys.shape[0]), tab.shape[0] - 1
+    for i in range(n):
+        if i + AHEAD < n:
+            prefetch(blk, blocks[i + AHEAD])
+            prefetch(tab, _home(keys[i + AHEAD], mask))
         _cache_one(blk, tab, meta, blocks[i], keys[i])
 
 
@@ -338,7 +380,7 @@ def _next_event(bs, caching, c1, t1, nb, cu):
 
 
 @_compiled
-def _decode_run(blk, tab, meta, m, bs, mml, caching, c1, t1, nb, cu, rid, nkeys, base, seg, soff, pk, koff,
+def _decode_run(blk, fq, tab, meta, m, bs, mml, caching, c1, t1, nb, cu, rid, nkeys, base, seg, soff, pk, koff,
                 scratch, log, logging):
     """The block events of up to m decode steps of a running batch, in step order and, within a step, in running
     order (kvlab.serving.scheduler.VllmScheduler.skip_decodes): request j, at skipped step i, has computed
@@ -349,8 +391,16 @@ def _decode_run(blk, tab, meta, m, bs, mml, caching, c1, t1, nb, cu, rid, nkeys,
     log[:, e] = (kind, step, key) records each evicted and hashed key in order. Returns (steps applied, log
     entries, the last step with events: 0 if none), or (-1, 0, 0) if a request outgrew its segment."""
     r = c1.shape[0]
-    heap = np.empty(r, np.int64)
-    grp = np.empty(r, np.int64)
+    return _decode_steps(blk, fq, tab, meta, m, bs, mml, caching, c1, t1, nb, cu, rid, nkeys, base, seg, soff, pk, koff,
+                         scratch, log, logging, np.empty(r, np.int64), np.empty(r, np.int64))
+
+
+@_leaf
+def _decode_steps(blk, fq, tab, meta, m, bs, mml, caching, c1, t1, nb, cu, rid, nkeys, base, seg, soff, pk, koff,
+                  scratch, log, logging, heap, grp):
+    """`_decode_run`'s loop, given its heap and group buffers ([r] each): without NRT, so that a take's slice of a
+    segment costs no reference counting."""
+    r = c1.shape[0]
     n = 0
     for j in range(r):
         n = _heap_push(heap, n, _next_event(bs, caching, c1[j], t1[j], nb[j], cu[j]) * r + j)
@@ -377,7 +427,7 @@ def _decode_run(blk, tab, meta, m, bs, mml, caching, c1, t1, nb, cu, rid, nkeys,
                 at = soff[j] + nb[j] - base[j]
                 if at + new > soff[j + 1]:
                     return -1, 0, 0
-                nev = _take(blk, tab, meta, seg[at:at + new], scratch)
+                nev = _take(blk, fq, tab, meta, seg[at:at + new], scratch)
                 nb[j] += new
                 if logging:
                     for e in range(nev):
@@ -402,21 +452,24 @@ def _decode_run(blk, tab, meta, m, bs, mml, caching, c1, t1, nb, cu, rid, nkeys,
 
 
 @_leaf
-def _free(blk, meta, blocks):
+def _free(blk, fq, meta, blocks):
     """Release one request's blocks, its last first: a hashed block no longer held joins the queue's tail, an
     unhashed one its head (so the head holds them last block first)."""
     n = blocks.shape[0]
     for i in range(n - 1, -1, -1):
+        if i >= AHEAD:
+            prefetch(blk, blocks[i - AHEAD])
         b = blocks[i]
         blk[b, REF] -= 1
         if blk[b, REF] == 0:
             meta[FREE] += 1
             if blk[b, HASHED]:
-                _push_back(blk, b)
+                _push_back(blk, fq, meta, b)
     for i in range(n):
         b = blocks[i]
         if blk[b, REF] == 0 and blk[b, HASHED] == 0:
-            _push_front(blk, b)
+            fq[meta[NSTK]] = b
+            meta[NSTK] += 1
 
 
 class BlockPool:
@@ -426,20 +479,20 @@ class BlockPool:
     TABLE_SLOTS = 1024  # the key table's first size (a power of two; it doubles while keys would fill half)
 
     def __init__(self, num_blocks: int, caching: bool = True):
-        if num_blocks + 2 > np.iinfo(np.int32).max:
-            raise ParameterError(f"a KV pool of {num_blocks:,} blocks: the block pool numbers its blocks in 32 bits "
-                                 f"(at most {np.iinfo(np.int32).max - 2:,}); use larger blocks or a smaller pool")
+        if num_blocks > MAX_BLOCKS:
+            raise ParameterError(f"a KV pool of {num_blocks:,} blocks: the block pool numbers its blocks and their "
+                                 f"places in the free queue's ring in 32 bits (at most {MAX_BLOCKS:,} blocks); use "
+                                 "larger blocks or a smaller pool")
         self.num_blocks = num_blocks  # blocks in the pool, the null block included
         self.caching = caching  # prefix caching on
-        raw = np.zeros((num_blocks + 3) * COLS, np.int32)  # zeros page in lazily: a big pool costs what it uses
+        raw = np.zeros((num_blocks + 1) * COLS, np.int32)  # zeros page in lazily: a big pool costs what it uses
         at = (-raw.ctypes.data % 32) // 4  # rows aligned to 32 bytes: none straddles two cache lines
-        self.blk = raw[at:at + (num_blocks + 2) * COLS].reshape(num_blocks + 2, COLS)  # [N + 2, COLS] per-block
-        # state, two sentinels
-        head, tail = num_blocks, num_blocks + 1
-        self.blk[head, NEXT] = tail  # the queue's linked part starts empty
-        self.blk[tail, PREV] = head
+        self.blk = raw[at:at + num_blocks * COLS].reshape(num_blocks, COLS)  # [N, COLS] per-block state
+        ring = 1 << int(2 * num_blocks - 1).bit_length()  # R >= 2N places
+        self.fq = np.empty(num_blocks + ring, np.int32)  # [N + R] the free queue: unhashed stack, hashed ring
         self.tab = np.full((self.TABLE_SLOTS, 2), -1, np.int64)  # [S, 2] key, first block (-1: empty slot)
-        self.meta = np.array([num_blocks - 1, 0, 1], np.int64)  # free blocks, keys, next never-used (0: null)
+        # free blocks, keys, next never-used (0: null), stack height, ring head, ring tail, ring mask
+        self.meta = np.array([num_blocks - 1, 0, 1, 0, 0, 0, ring - 1], np.int64)
         self._ev = np.empty(64, np.int64)  # keys evicted by the last take
         self.evicted: list | None = None  # when a list: keys whose last cached block `take` reused, appended in order
         # (host tiers behind the pool read them: kvlab.serving.hosttiers)
@@ -477,13 +530,10 @@ class BlockPool:
 
     def queue(self) -> list[int]:
         """The free blocks in queue order (the head's unhashed, the never-used, the tail's hashed)."""
-        blk, tail = self.blk, self.num_blocks + 1
-        linked, b = [], int(blk[self.num_blocks, NEXT])
-        while b != tail:
-            linked.append(b)
-            b = int(blk[b, NEXT])
-        cut = next((i for i, b in enumerate(linked) if blk[b, HASHED]), len(linked))
-        return linked[:cut] + list(range(int(self.meta[FRESH]), self.num_blocks)) + linked[cut:]
+        n, mask = self.num_blocks, int(self.meta[QMASK])
+        ring = [int(self.fq[n + (p & mask)]) for p in range(int(self.meta[QHEAD]), int(self.meta[QTAIL]))]
+        return (self.fq[:self.meta[NSTK]][::-1].tolist() + list(range(int(self.meta[FRESH]), n))
+                + [b for b in ring if b >= 0])
 
     # -- one key ----------------------------------------------------------------------------------------------------
     def has_key(self, k: int) -> bool:
@@ -508,7 +558,7 @@ class BlockPool:
 
     def touch(self, blocks) -> None:
         """Hold each of `blocks` (cache hits, distinct) once more; a free one leaves the free queue."""
-        _touch(self.blk, self.meta, np.asarray(blocks, np.int64))
+        _touch(self.blk, self.fq, self.meta, np.asarray(blocks, np.int64))
 
     # -- taking ---------------------------------------------------------------------------------------------------
     def take(self, n: int) -> list[int]:
@@ -523,7 +573,7 @@ class BlockPool:
             raise RuntimeError(f"take({n}) with {int(self.meta[FREE])} free blocks")  # callers check free_count
         if len(self._ev) < n:
             self._ev = np.empty(2 * n, np.int64)
-        nev = _take(self.blk, self.tab, self.meta, out, self._ev)
+        nev = _take(self.blk, self.fq, self.tab, self.meta, out, self._ev)
         if nev and self.evicted is not None:
             self.evicted += self._ev[:nev].tolist()
         return out
@@ -560,7 +610,7 @@ class BlockPool:
         self._room_for(len(seg))  # every block the run may hash
         scratch = np.empty(len(seg) + 1, np.int64)
         log = np.empty((3, 2 * len(seg) if logging else 0), np.int64)
-        got, ne, last = _decode_run(self.blk, self.tab, self.meta, m, bs, mml, self.caching, c1, t1, nb, cu, rid, nkeys,
+        got, ne, last = _decode_run(self.blk, self.fq, self.tab, self.meta, m, bs, mml, self.caching, c1, t1, nb, cu, rid, nkeys,
                               base, seg, soff, pk, koff, scratch, log, logging)
         if got < 0:
             raise RuntimeError("a decode run outgrew a request's block segment")  # skip_decodes sizes them
@@ -572,4 +622,4 @@ class BlockPool:
         a block no longer held goes to the back of the free queue if it is hashed (LRU), to the front if not
         (vLLM reuses blocks that can never hit first: block_pool.py free_blocks)."""
         if len(blocks):
-            _free(self.blk, self.meta, np.asarray(blocks, np.int64))
+            _free(self.blk, self.fq, self.meta, np.asarray(blocks, np.int64))

@@ -33,12 +33,11 @@ import numpy as np
 
 from ..checks import cdiv
 from ..sim.kernels import ENABLED
-from .blockpool import (EVICTED, FREE, USED, _cache, _decode_run, _free, _hit, _hit_held, _idle, _inline, _leaf,
-                        _output_key, _rehash, _remove_slot, _slot, _take, _touch, BlockPool)
+from .blockpool import (EVICTED, FREE, _cache, _decode_run, _free, _hit, _hit_held, _idle, _inline, _leaf, _output_key,
+                        _remove_slot, _slot, _take, _touch, BlockPool)
 
 if ENABLED:
     from numba import njit
-    from numba.typed import List
     # NRT named, not left to the caller: a kernel without it (blockpool._leaf) passes that on to what it calls
     _compiled = njit(cache=True, nogil=True, _nrt=True)
     # the step's kernels, called once or more a step with dozens of arrays: without NRT, so that binding those
@@ -46,8 +45,6 @@ if ENABLED:
     # called from compiled code only (Python could not hand them typed lists without NRT)
     _stepper = njit(cache=True, nogil=True, _nrt=False, no_cpython_wrapper=True)
 else:  # pragma: no cover - without numba the Python loop runs every case
-    List = list
-
     def _compiled(f):
         return f
     _stepper = _compiled
@@ -63,7 +60,7 @@ ARR, START, FIRST, FINISH = range(4)
 (BS, MNS, MNBT, MML, CACHING, ASYNC, CHUNKED, LPT, RESERVE, TB, HAS_PREFIXES, KIND, FAST, NBMAX) = range(14)
 # integer loop state (ist)
 (IN_SYS, STEPS, DUE, HAS_END, NARR, HAVE_T0, PREEMPTS, WHEAD, WCOUNT, NRUN, INFL_ON, INFL_B, STUCK, STUCK_FREE,
- STUCK_NRUN, DONE, NPRE) = range(17)
+ STUCK_NRUN, DONE, NPRE, NSLOT, OVER) = range(19)  # NSLOT: free rows of the block tables; OVER: a row overflowed
 # float loop state (fst)
 (LAST_T, T0, AREA, T_END, DUE_T, END_T, BUSY_UNTIL, BUSY_S, MIN_GAP) = range(9)
 # batch entry fields (bat[b, e])
@@ -75,9 +72,10 @@ B_RID, B_N, B_SAMPLE, B_DECODE, B_HIT, B_DRAM, B_SSD = range(7)  # B_DRAM, B_SSD
 # hmeta entries: per tier its keys, ring head, ring tail, ring base and mask, then blocks dropped past the last tier,
 # blocks moved (HBM to DRAM, DRAM to SSD, DRAM to HBM, SSD to HBM, HBM to SSD), the trace's block tokens (a prompt
 # key's trace block: key // tokens), the KV block size, log2 of a page's entries, where hring's page owners, page
-# counts and free pages start, how many pages are free, and two memos (trace block, its page)
+# counts and free pages start, how many pages are free, two memos (trace block, its page), and log2 of the block
+# tokens and of the block size where they are powers of two (-1 where not: a page's arithmetic then divides)
 (H_COUNT1, H_COUNT2, H_HEAD1, H_HEAD2, H_TAIL1, H_TAIL2, H_BASE1, H_BASE2, H_MASK1, H_MASK2, H_DROPPED, M_HD, M_DS,
- M_DH, M_SH, M_HS, H_TB, H_BS, H_WSH, H_OWN, H_PCNT, H_FREE, H_NFREE, H_MID, H_MPG, H_VID, H_VPG) = range(27)
+ M_DH, M_SH, M_HS, H_TB, H_BS, H_WSH, H_OWN, H_PCNT, H_FREE, H_NFREE, H_MID, H_MPG, H_VID, H_VPG, H_TSH, H_BSH) = range(29)
 RING_MAX = 1 << 29  # the most places of a ring (an int32 entry holds index << 2 | tier)
 TOMB = -1  # a ring's gap (prompt keys are non-negative)
 # step pricing kinds and their float parameters (pp)
@@ -236,90 +234,41 @@ def _keys(out, rq, ids, off, r, lo, hi, tb, bs):
         out[i - lo] = _output_key(np.int64(r), np.int64(i))
 
 
-@_compiled
-def _pool_hit(tabs, keys, out):
-    """blockpool._hit on the pool's key table (tabs[0]: a kernel without NRT cannot take it out of the list)."""
-    return _hit(tabs[0], keys, out)
-
-
-@_compiled
-def _pool_hit_held(tabs, blk, keys, out, need):
-    """blockpool._hit_held on the pool's key table."""
-    return _hit_held(tabs[0], blk, keys, out, need)
-
-
-@_compiled
-def _room_put(rq, bts, slots, kn, r, src):
-    """src into request r's next len(src) block slots (`_room`: the list of buffers needs NRT)."""
-    _room(rq, bts, slots, kn, r, src.shape[0])[:] = src
-
-
-@_compiled
-def _room_take(rq, bts, slots, kn, r, n, blk, tabs, meta, evbuf):
-    """blockpool._take of n free blocks into request r's next n block slots; returns the keys evicted."""
-    return _take(blk, tabs[0], meta, _room(rq, bts, slots, kn, r, n), evbuf)
-
-
-@_compiled
-def _cache_span(rq, bts, blk, tabs, meta, r, lo, hi, keys):
-    """blockpool._cache of request r's blocks lo..hi-1 under keys."""
-    _cache(blk, tabs[0], meta, bts[rq[r, SLOT]][lo:hi], keys)
-
-
-@_compiled
-def _room(rq, bts, slots, kn, r, n):
-    """Request r's next n block slots (VllmScheduler._room): a buffer of its own taken from `slots` on its first
-    block, grown to the most blocks r can hold."""
+@_inline
+def _room(rq, bt, slots, ist, r, n):
+    """(row, first column) of request r's next n block slots in bt (VllmScheduler._room): a row of its own, taken
+    from the free rows (slots[:ist[NSLOT]]) on its first block. A request past its row (which `longest_request`
+    sizes, so never) sets ist[OVER] and writes at its row's start (the run then stops with an error)."""
     s = rq[r, SLOT]
     if s < 0:
-        if len(slots):
-            s = slots.pop()
-        else:
-            bts.append(np.empty(0, np.int64))
-            s = len(bts) - 1
+        ist[NSLOT] -= 1
+        s = slots[ist[NSLOT]]
         rq[r, SLOT] = s
-    bt = bts[s]
     nb = rq[r, NB]
-    if nb + n > bt.shape[0]:
-        bs = kn[BS]
-        most = (min(rq[r, PROMPT] + rq[r, MAXT], kn[MML]) + bs - 1) // bs
-        nbt = np.empty(max(most, nb + n, 2 * bt.shape[0]), np.int64)
-        nbt[:nb] = bt[:nb]
-        bts[s] = nbt
-        bt = nbt
     rq[r, NB] = nb + n
-    return bt[nb:nb + n]
+    if nb + n > bt.shape[1]:
+        ist[OVER] = 1
+        return s, 0
+    return s, nb
 
 
-@_compiled
-def _room_for(tabs, meta, n):
-    """Grow the key table so that n more keys keep it at most half full (BlockPool._room_for)."""
-    tab = tabs[0]
-    if 2 * (meta[USED] + n) > tab.shape[0]:
-        size = tab.shape[0]
-        while 2 * (meta[USED] + n) > size:
-            size *= 2
-        new = np.full((size, 2), -1, np.int64)
-        _rehash(tab, new)
-        tabs[0] = new
-
-
-@_compiled
-def _release(rq, bts, slots, blk, meta, r):
-    """Free request r's blocks (VllmScheduler._free) and give its buffer back."""
+@_inline
+def _release(rq, bt, slots, blk, fq, meta, ist, r):
+    """Free request r's blocks (VllmScheduler._free) and give its row back."""
     s = rq[r, SLOT]
     if s >= 0:
         if rq[r, NB]:
-            _free(blk, meta, bts[s][:rq[r, NB]])
-        slots.append(s)
+            _free(blk, fq, meta, bt[s, :min(rq[r, NB], bt.shape[1])])
+        slots[ist[NSLOT]] = s
+        ist[NSLOT] += 1
         rq[r, SLOT] = -1
     rq[r, NB] = 0
     rq[r, CU] = 0
 
 
 @_stepper
-def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hpage, hmeta, hcap, r, n,
-              hit, evict, reserve, ext, admit, got):
+def _allocate(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hpage, hmeta, hcap, ist, r,
+              n, hit, evict, reserve, ext, admit, got):
     """VllmScheduler._allocate: blocks for n more tokens of r after its cache hits `hit` (of which `evict` sit in the
     free queue: `_hit`'s count) and `ext` blocks found in host tiers, or False when they do not fit. `admit`: r
     is taken from the waiting queue with nothing computed (host tiers take its blocks out: got = [loaded from
@@ -346,12 +295,15 @@ def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, 
         _h_admit(htab, hpage, hring, hmeta, keys, ext, got)
     known = rq[r, CU]
     if nh:
-        _touch(blk, meta, hit)
+        _touch(blk, fq, meta, hit)
         if nb == known:
             known += nh
-        _room_put(rq, bts, slots, kn, r, hit)
+        s, at = _room(rq, bt, slots, ist, r, nh)
+        for i in range(nh):  # (a slice assignment would need NRT: it may copy)
+            bt[s, at + i] = hit[i]
     if new > 0:
-        nev = _room_take(rq, bts, slots, kn, r, new, blk, tabs, meta, evbuf)
+        s, at = _room(rq, bt, slots, ist, r, new)
+        nev = _take(blk, fq, tab, meta, bt[s, at:at + new], evbuf)
         if host:
             for e in range(nev):
                 if evbuf[e] >= 0:  # prompt blocks: output blocks never reach host tiers
@@ -363,8 +315,7 @@ def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, 
         if kn[CACHING] and (full_blocks > lo or host):
             keys = kbuf[:full_blocks - cu]
             _keys(keys, rq, ids, off, r, cu, full_blocks, kn[TB], bs)
-            _room_for(tabs, meta, full_blocks - lo)
-            _cache_span(rq, bts, blk, tabs, meta, r, lo, full_blocks, keys[lo - cu:])
+            _cache(blk, tab, meta, bt[rq[r, SLOT], lo:full_blocks], keys[lo - cu:])
             if host:  # HostTiers.hashed; the hits' keys are in the pool, which leaves them no host copy
                 for i in range(lo - cu, keys.shape[0]):
                     _h_drop(htab, hpage, hring, hmeta, keys[i])
@@ -381,7 +332,17 @@ def _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, 
 @_inline
 def _h_at(hmeta, pg, tid, key):
     """Entry of key (of trace block tid) in page pg: the page's first entry + its offset // block size."""
-    return (pg << hmeta[H_WSH]) + (key - tid * hmeta[H_TB]) // hmeta[H_BS]
+    off = key - tid * hmeta[H_TB]
+    s = hmeta[H_BSH]
+    return (pg << hmeta[H_WSH]) + (off >> s if s >= 0 else off // hmeta[H_BS])
+
+
+@_inline
+def _h_tid(hmeta, key):
+    """Trace block of prompt key `key` (key // block tokens; a shift where they are a power of two: a division is
+    some tens of cycles, and host tiers split every key they place, drop or look up)."""
+    s = hmeta[H_TSH]
+    return key >> s if s >= 0 else key // hmeta[H_TB]
 
 
 @_inline
@@ -389,8 +350,7 @@ def _h_find(htab, hmeta, key, memo):
     """key's entry in hpage (-1: its trace block has no page); memo: H_MID or H_VID."""
     if key < 0:  # an output block's key: never in a host tier
         return -1
-    tb = hmeta[H_TB]
-    tid = key // tb
+    tid = _h_tid(hmeta, key)
     if hmeta[memo] == tid:
         pg = hmeta[memo + 1]
     else:
@@ -409,7 +369,7 @@ def _h_entry(htab, hpage, hring, hmeta, key):
     e = _h_find(htab, hmeta, key, H_MID)
     if e >= 0:
         return e
-    tid = key // hmeta[H_TB]
+    tid = _h_tid(hmeta, key)
     s, _ = _slot(htab, tid)
     nf = hmeta[H_NFREE] - 1
     hmeta[H_NFREE] = nf
@@ -644,8 +604,8 @@ def _pop(ht, hr, ist):
 
 # -- the scheduler (VllmScheduler) --------------------------------------------------------------------------------
 @_stepper
-def _preempt(rq, bts, slots, blk, meta, wq, ist, r):
-    _release(rq, bts, slots, blk, meta, r)
+def _preempt(rq, bt, slots, blk, fq, meta, wq, ist, r):
+    _release(rq, bt, slots, blk, fq, meta, ist, r)
     rq[r, COMP] = 0
     rq[r, STALE] = rq[r, INFL]
     rq[r, PH] = 0
@@ -668,7 +628,7 @@ def _entry(bat, bcnt, b, r, n, decode, hit):
 
 
 @_stepper
-def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hpage, hmeta,
+def _schedule(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hpage, hmeta,
               hcap, got, wq, run, ist, bat, bcnt, b, pre):
     """VllmScheduler.schedule into batch buffer b; the requests it preempted go to pre[:ist[NPRE]]."""
     bcnt[b] = 0
@@ -697,11 +657,11 @@ def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
             i += 1
             continue
         ok = True
-        while not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hpage, hmeta,
-                            hcap, r, n, hbuf[:0], 0, False, 0, False, got):
+        while not _allocate(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hpage, hmeta,
+                            hcap, ist, r, n, hbuf[:0], 0, False, 0, False, got):
             ist[NRUN] -= 1
             victim = run[ist[NRUN]]
-            _preempt(rq, bts, slots, blk, meta, wq, ist, victim)
+            _preempt(rq, bt, slots, blk, fq, meta, wq, ist, victim)
             pre[ist[NPRE]] = victim
             ist[NPRE] += 1
             if victim == r:
@@ -733,11 +693,11 @@ def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
                     # that failed before stops its walk once that is certain (a failed admission changes nothing
                     # and stops admission, as this does)
                     need = (min(tokens, mml) + bs - 1) // bs - meta[FREE]
-                    nh, held, short = _pool_hit_held(tabs, blk, keys, hbuf, need)
+                    nh, held, short = _hit_held(tab, blk, keys, hbuf, need)
                     if short:
                         break
                 else:
-                    nh = _pool_hit(tabs, keys, hbuf)
+                    nh = _hit(tab, keys, hbuf)
                     held = nh - _idle(blk, hbuf[:nh])
                 if host:  # the run continues in DRAM / SSD
                     ext = _h_run(htab, hpage, hmeta, keys[nh:])
@@ -747,8 +707,8 @@ def _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
             if not kn[CHUNKED] and n > budget:
                 break
             n = min(n, budget)
-            if not _allocate(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hpage,
-                             hmeta, hcap, r, n, hbuf[:nh], nh - held, kn[RESERVE] != 0, ext, admit, got):
+            if not _allocate(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hpage,
+                             hmeta, hcap, ist, r, n, hbuf[:nh], nh - held, kn[RESERVE] != 0, ext, admit, got):
                 stuck = kn[RESERVE] != 0 or (n == whole and ext == 0)
                 rq[r, FAILED] = 1
                 break
@@ -792,7 +752,7 @@ def _leave(rq, rt, nxt, gap, ht, hr, ist, fst, r, now):
 
 
 @_stepper
-def _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, b, nxt, gap, ht, hr, now):
+def _update(rq, rt, bt, slots, blk, fq, meta, kn, wq, run, ist, fst, bat, bcnt, b, nxt, gap, ht, hr, now):
     """VllmScheduler.update of batch b at `now`, with VllmReplica._apply's and EventLoop.finish's bookkeeping."""
     for e in range(bcnt[b]):
         r, n = bat[b, e, B_RID], bat[b, e, B_N]
@@ -816,7 +776,7 @@ def _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, b, 
             else:
                 _wq_remove(wq, ist, r)
             rq[r, WHERE] = 0
-            _release(rq, bts, slots, blk, meta, r)
+            _release(rq, bt, slots, blk, fq, meta, ist, r)
             fst[T_END] = max(fst[T_END], now)
             _leave(rq, rt, nxt, gap, ht, hr, ist, fst, r, now)
 
@@ -846,97 +806,128 @@ def _decode_room(rq, kn, run, ist, meta, bat, bcnt, most):
     return k
 
 
-@_compiled
-def _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m, host, htab, hring, hpage, hmeta, hcap):
-    """VllmScheduler.skip_decodes without host tiers: up to m decode steps of the running batch at once; returns
-    how many (fewer where the free queue runs short), or -1 when a request outgrew its segment."""
-    bs, mml, caching = kn[BS], kn[MML], kn[CACHING]
+# rows of a decode stretch's work array (`_skip_decodes`): per request taking part (in running order) its id, tokens
+# computed, tokens it will hold (prompt + output, + 1 when synchronous), blocks held, blocks hashed, blocks hashed
+# when the stretch began (its segment's first), prompt keys, then the segments' and prompt keys' offsets ([na + 1])
+(W_RID, W_C1, W_T1, W_NB, W_CU, W_CU0, W_NK, W_SOFF, W_KOFF) = range(9)
+
+
+@_leaf
+def _stretch_rows(rq, kn, run, ist, m, w):
+    """The requests of a decode stretch of up to m steps that take or hash a block in it, into w's rows; returns
+    how many."""
+    bs, caching = kn[BS], kn[CACHING]
     extra = 0 if kn[ASYNC] else 1
-    nr = ist[NRUN]
-    act = np.empty(nr, np.int64)
     na = 0
-    for j in range(nr):
+    w[W_SOFF, 0] = w[W_KOFF, 0] = 0
+    for j in range(ist[NRUN]):
         r = run[j]
         first = rq[r, NB] * bs - rq[r, COMP] + 1
         if caching:
             first = min(first, (rq[r, CU] + 1) * bs - (rq[r, PROMPT] + rq[r, OUT] + extra) + 1)
-        if first <= m:
-            act[na] = r
-            na += 1
-    if na:
-        c1, t1 = np.empty(na, np.int64), np.empty(na, np.int64)
-        nba, cua, cu0, rid, nk = (np.empty(na, np.int64), np.empty(na, np.int64), np.empty(na, np.int64),
-                                  np.empty(na, np.int64), np.empty(na, np.int64))
-        soff, koff = np.zeros(na + 1, np.int64), np.zeros(na + 1, np.int64)
-        for q in range(na):
-            r = act[q]
-            c1[q] = rq[r, COMP]
-            t1[q] = rq[r, PROMPT] + rq[r, OUT] + extra
-            nba[q] = rq[r, NB]
-            cua[q] = cu0[q] = rq[r, CU]
-            rid[q] = r
-            nk[q] = rq[r, NKEYS]
-            cap = nba[q] - cua[q] + m // bs + 2
-            soff[q + 1] = soff[q] + cap
-            koff[q + 1] = koff[q] + max(min(nk[q], cua[q] + cap) - cua[q], 0)
-        seg = np.empty(soff[na], np.int64)
-        pk = np.empty(koff[na], np.int64)
-        for q in range(na):
-            r = act[q]
-            lo, n = cu0[q], nba[q] - cu0[q]
-            if n > 0:
-                seg[soff[q]:soff[q] + n] = bts[rq[r, SLOT]][lo:lo + n]
-            if koff[q + 1] > koff[q]:
-                _keys(pk[koff[q]:koff[q + 1]], rq, ids, off, r, lo, lo + koff[q + 1] - koff[q], kn[TB], bs)
-        _room_for(tabs, meta, seg.shape[0])
-        scratch = np.empty(seg.shape[0] + 1, np.int64)
-        log = np.empty((3, 2 * seg.shape[0] if host else 0), np.int64)
-        m, ne, _ = _decode_run(blk, tabs[0], meta, m, bs, mml, caching != 0, c1, t1, nba, cua, rid, nk, cu0, seg,
-                               soff, pk, koff, scratch, log, host != 0)
-        if m < 0:
-            return -1
-        for e in range(ne):  # host tiers told in order: keys the stretch evicted, keys it hashed
-            if log[0, e] == EVICTED:
-                if log[2, e] >= 0:
-                    _h_place(htab, hpage, hring, hmeta, hcap, log[2, e])
-            else:
-                _h_drop(htab, hpage, hring, hmeta, log[2, e])
-        for q in range(na):
-            r = act[q]
-            add = nba[q] - rq[r, NB]
-            if add:
-                lo = soff[q] + rq[r, NB] - cu0[q]
-                _room(rq, bts, slots, kn, r, add)[:] = seg[lo:lo + add]
-            rq[r, CU] = cua[q]
-    for j in range(nr):
+        if first > m:
+            continue
+        w[W_RID, na] = r
+        w[W_C1, na] = rq[r, COMP]
+        w[W_T1, na] = rq[r, PROMPT] + rq[r, OUT] + extra
+        w[W_NB, na] = rq[r, NB]
+        w[W_CU, na] = w[W_CU0, na] = rq[r, CU]
+        w[W_NK, na] = rq[r, NKEYS]
+        cap = rq[r, NB] - rq[r, CU] + m // bs + 2
+        w[W_SOFF, na + 1] = w[W_SOFF, na] + cap
+        w[W_KOFF, na + 1] = w[W_KOFF, na] + max(min(rq[r, NKEYS], rq[r, CU] + cap) - rq[r, CU], 0)
+        na += 1
+    return na
+
+
+@_leaf
+def _stretch_fill(rq, bt, ids, off, kn, w, na, seg, pk):
+    """Each request's segment (its blocks from the first unhashed on) and the prompt keys it may hash."""
+    for q in range(na):
+        r, lo = w[W_RID, q], w[W_CU0, q]
+        s0, k0, k1 = w[W_SOFF, q], w[W_KOFF, q], w[W_KOFF, q + 1]
+        n = w[W_NB, q] - lo
+        s = rq[r, SLOT]
+        for i in range(n):
+            seg[s0 + i] = bt[s, lo + i]
+        if k1 > k0:
+            _keys(pk[k0:k1], rq, ids, off, r, lo, lo + k1 - k0, kn[TB], kn[BS])
+
+
+@_leaf
+def _stretch_back(rq, bt, slots, ist, w, na, seg, log, ne, htab, hring, hpage, hmeta, hcap):
+    """A stretch's outcome back into the requests' rows, and its log (keys evicted, keys hashed, in order) told to
+    the host tiers (ne: log entries; 0 without host tiers)."""
+    for e in range(ne):
+        if log[0, e] == EVICTED:
+            if log[2, e] >= 0:
+                _h_place(htab, hpage, hring, hmeta, hcap, log[2, e])
+        else:
+            _h_drop(htab, hpage, hring, hmeta, log[2, e])
+    for q in range(na):
+        r = w[W_RID, q]
+        add = w[W_NB, q] - rq[r, NB]
+        if add:
+            lo = w[W_SOFF, q] + rq[r, NB] - w[W_CU0, q]
+            s, at = _room(rq, bt, slots, ist, r, add)
+            for i in range(add):
+                bt[s, at + i] = seg[lo + i]
+        rq[r, CU] = w[W_CU, q]
+
+
+@_leaf
+def _stretch_end(rq, run, ist, m):
+    for j in range(ist[NRUN]):
         r = run[j]
         rq[r, COMP] += m
         rq[r, OUT] += m
+
+
+@_compiled
+def _skip_decodes(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, run, ist, m, host, htab, hring, hpage, hmeta, hcap):
+    """VllmScheduler.skip_decodes: up to m decode steps of the running batch at once; returns how many (fewer
+    where the free queue runs short), or -1 when a request outgrew its segment. It allocates the stretch's arrays
+    (so it counts references); the leaf kernels above do the per-request work."""
+    w = np.empty((9, ist[NRUN] + 1), np.int64)
+    na = _stretch_rows(rq, kn, run, ist, m, w)
+    if na:
+        seg = np.empty(w[W_SOFF, na], np.int64)  # each request's blocks from its first unhashed on, room to grow
+        pk = np.empty(w[W_KOFF, na], np.int64)  # the prompt keys they may hash
+        _stretch_fill(rq, bt, ids, off, kn, w, na, seg, pk)
+        scratch = np.empty(seg.shape[0] + 1, np.int64)
+        log = np.empty((3, 2 * seg.shape[0] if host else 0), np.int64)
+        m, ne, _ = _decode_run(blk, fq, tab, meta, m, kn[BS], kn[MML], kn[CACHING] != 0, w[W_C1, :na], w[W_T1, :na],
+                               w[W_NB, :na], w[W_CU, :na], w[W_RID, :na], w[W_NK, :na], w[W_CU0, :na], seg,
+                               w[W_SOFF], pk, w[W_KOFF], scratch, log, host != 0)
+        if m < 0:
+            return -1
+        _stretch_back(rq, bt, slots, ist, w, na, seg, log, ne, htab, hring, hpage, hmeta, hcap)
+    _stretch_end(rq, run, ist, m)
     return m
 
 
 # -- the replica's step and the event loop ------------------------------------------------------------------------
 @_stepper
-def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hpage, hmeta,
+def _step(rq, rt, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hpage, hmeta,
           hcap, hread, got, wq, run, ist, fst, bat, bcnt, pre, nxt, gap, ht, hr, kind, pp, wbt, kv_at, fl_at, win,
           whole, pn, pc, dc, flbuf, dts, kvs, fls, now):
     """VllmReplica.step and EventLoop.step_vllm at `now`: apply what is due, schedule, price, fast-forward."""
     asy = kn[ASYNC]
     if ist[INFL_ON] and not asy:
-        _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
+        _update(rq, rt, bt, slots, blk, fq, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
         ist[INFL_ON] = 0
     b = 1 - ist[INFL_B]
-    _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hpage, hmeta,
+    _schedule(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hpage, hmeta,
               hcap, got, wq, run, ist, bat, bcnt, b, pre)
     if bcnt[b] == 0 and ist[INFL_ON]:
         for q in range(ist[NPRE]):  # a first try may preempt and still schedule nothing: those preemptions stand
             rq[pre[q], APRE] += 1
-        _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
+        _update(rq, rt, bt, slots, blk, fq, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
         ist[INFL_ON] = 0
-        _schedule(rq, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hpage,
+        _schedule(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hpage,
                   hmeta, hcap, got, wq, run, ist, bat, bcnt, b, pre)
     if ist[INFL_ON]:
-        _update(rq, rt, bts, slots, blk, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
+        _update(rq, rt, bt, slots, blk, fq, meta, kn, wq, run, ist, fst, bat, bcnt, ist[INFL_B], nxt, gap, ht, hr, now)
     if bcnt[b] > 0:
         ist[INFL_ON] = 1
         ist[INFL_B] = b
@@ -1001,7 +992,7 @@ def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
                         priced += cnt
                         chunk *= 2
                     t += dts[m]
-                m = _skip_decodes(rq, bts, slots, blk, tabs, meta, kn, ids, off, run, ist, m, host, htab, hring,
+                m = _skip_decodes(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, run, ist, m, host, htab, hring,
                                   hpage, hmeta, hcap)
                 if m < 0:
                     return -1
@@ -1021,7 +1012,7 @@ def _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, 
 
 @_compiled
 def _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, win, whole, ht, hr, wq, run, bat, bcnt,
-         pre, blk, tabs, meta, bts, slots, htab, hring, hpage, hmeta, hcap, hread, ist, fst, stop_done):
+         pre, blk, fq, tab, meta, bt, slots, htab, hring, hpage, hmeta, hcap, hread, ist, fst, stop_done):
     """EventLoop.run for one replica until `stop_done` requests have left or nothing is left; returns 0 when the
     run is over, 1 when stopped early (call again to go on), 2 when requests are left that can never be scheduled,
     3 when a decode stretch outgrew its segment."""
@@ -1044,9 +1035,9 @@ def _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, wi
         t_next = min(t_arr, fst[END_T] if ist[HAS_END] else math.inf)
         if ist[DUE] and t_next > fst[DUE_T]:
             ist[DUE] = 0
-            if _step(rq, rt, bts, slots, blk, tabs, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring,
+            if _step(rq, rt, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring,
                      hpage, hmeta, hcap, hread, got, wq, run, ist, fst, bat, bcnt, pre, nxt, gap, ht, hr, kind, pp, wbt,
-                     kv_at, fl_at, win, whole, pn, pc, dc, flbuf, dts, kvs, fls, fst[DUE_T]) < 0:
+                     kv_at, fl_at, win, whole, pn, pc, dc, flbuf, dts, kvs, fls, fst[DUE_T]) < 0 or ist[OVER]:
                 return 3
             continue
         if ist[HAS_END] and (ist[NARR] == 0 or fst[END_T] <= t_arr):  # ends before arrivals of the same time
@@ -1168,6 +1159,18 @@ def prompt_key_counts(trace, block_size: int, caching: bool) -> np.ndarray:
     return np.where(span >= 0, np.minimum(inp // block_size, span // block_size + 1), 0).astype(np.int64)
 
 
+def key_table(trace, knobs) -> np.ndarray:
+    """The pool's key table for a whole run, sized once: a key stays in it while a block is cached under it, so it
+    never holds more keys than the pool has blocks, nor more than the trace has blocks to hash; over twice that
+    many slots keep it at most half full (blockpool's rule) with no growing in the loop."""
+    bs = knobs.block_size
+    blocks = int(np.sum((np.minimum(np.asarray(trace.input_tokens, np.int64)
+                                    + np.maximum(np.asarray(trace.output_tokens, np.int64), 1),
+                                    knobs.max_model_len) + bs - 1) // bs)) if len(trace) else 0
+    keys = min(knobs.num_blocks, blocks) + 1
+    return np.full((1 << max(int(2 * keys).bit_length(), 4), 2), -1, np.int64)
+
+
 def host_state(hcap, block_tokens: int, block_size: int, trace_blocks: int):
     """The compiled host tiers' empty state for tiers of hcap[1], hcap[2] blocks: (trace block directory, rings
     and page records, pages, hmeta); `block_tokens`: the trace's block tokens; `block_size`: the pool's tokens per
@@ -1181,10 +1184,12 @@ def host_state(hcap, block_tokens: int, block_size: int, trace_blocks: int):
     width = max(-(-block_tokens // block_size) - 1, 0).bit_length()  # log2 of a page's entries
     slots = 1 << max(int(2 * (pages + 2)).bit_length(), 4)  # the directory, at most half full
     htab = np.full((slots, 2), -1, np.int64)
-    hmeta = np.zeros(27, np.int64)
+    hmeta = np.zeros(29, np.int64)
     hmeta[H_BASE2] = size[0]
     hmeta[H_MASK1], hmeta[H_MASK2] = size[0] - 1, size[1] - 1
     hmeta[H_TB], hmeta[H_BS], hmeta[H_WSH] = block_tokens, block_size, width
+    hmeta[H_TSH], hmeta[H_BSH] = (int(v).bit_length() - 1 if v > 0 and v & (v - 1) == 0 else -1
+                                  for v in (block_tokens, block_size))
     hmeta[H_OWN] = sum(size)
     hmeta[H_PCNT] = hmeta[H_OWN] + pages
     hmeta[H_FREE] = hmeta[H_PCNT] + pages
@@ -1223,7 +1228,7 @@ def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching:
     ids = np.asarray(trace.block_ids if trace.block_ids is not None else np.zeros(1), np.int64)
     off = np.asarray(trace.block_offsets if trace.block_offsets is not None else np.zeros(R + 1), np.int64)
     ht, hr = np.empty(R + 1), np.empty(R + 1, np.int64)
-    ist = np.zeros(17, np.int64)
+    ist = np.zeros(19, np.int64)
     fst = np.zeros(9)
     fst[BUSY_UNTIL] = -1.0
     t0 = np.array([t for t, _, _ in arrivals], float)
@@ -1231,15 +1236,18 @@ def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching:
     order = np.lexsort((r0, t0))  # sorted by (time, request): a binary heap already
     ht[:len(order)], hr[:len(order)] = t0[order], r0[order]
     ist[NARR] = len(order)
+    ist[NSLOT] = knobs.max_num_seqs + 1
     wq = np.empty(R + 1, np.int64)
     run = np.empty(knobs.max_num_seqs + 1, np.int64)
     bat = np.zeros((2, knobs.max_num_seqs + 1, 7), np.int64)
     bcnt = np.zeros(2, np.int64)
     pre = np.empty(knobs.max_num_seqs + 1, np.int64)
     pool = BlockPool(knobs.num_blocks, knobs.enable_prefix_caching)
-    tabs = List([pool.tab])
-    bts = List([np.empty(0, np.int64) for _ in range(knobs.max_num_seqs + 1)])
-    slots = List(list(range(knobs.max_num_seqs, -1, -1)))
+    tab = key_table(trace, knobs)
+    # [MNS + 1, NBMAX] a row of block ids per request holding blocks (np.empty: a row's pages are touched as it
+    # grows, so a long-context bound costs what requests use); the free rows are a stack, slots[:ist[NSLOT]]
+    bt = np.empty((knobs.max_num_seqs + 1, kn[NBMAX]), np.int64)
+    slots = np.arange(knobs.max_num_seqs, -1, -1, dtype=np.int64)
     refuse = np.asarray(refuse, np.bool_)
     hcap = np.zeros(3, np.int64)  # blocks per host tier: HBM (the pool's), DRAM, SSD
     hread = np.zeros(3)  # seconds to load one block from each tier
@@ -1254,7 +1262,7 @@ def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching:
     while True:
         before = int(ist[DONE])
         code = _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, win, whole, ht, hr, wq, run,
-                    bat, bcnt, pre, pool.blk, tabs, pool.meta, bts, slots, htab, hring, hpage, hmeta, hcap, hread, ist,
+                    bat, bcnt, pre, pool.blk, pool.fq, tab, pool.meta, bt, slots, htab, hring, hpage, hmeta, hcap, hread, ist,
                     fst, before + chunk)
         if progress is not None:
             progress.update(int(ist[DONE]) - before)
