@@ -17,7 +17,7 @@ from schedcheck import _config, assert_requests_match, load, trace_of, unit_step
 from kvlab.errors import ParameterError
 from kvlab.serving import compiledrun
 from kvlab.serving.replica import prompt_keys
-from kvlab.serving.simulator import ServeConfig, deployment_config, simulate_serving
+from kvlab.serving.simulator import ServeConfig, deployment_config, scheduler_knobs, simulate_serving
 from kvlab.serving.stepmodel import AffineStepModel
 from kvlab.serving.steptime import step_time
 from kvlab.serving.steptime.roofline import Roofline
@@ -85,6 +85,18 @@ def test_compiled_loop_gives_the_python_loops_run(name, fast_forward):
     if name.startswith(("dram", "ssd")):
         assert got.hit_blocks[1:].sum() > 0 and sum(got.moved_bytes.values()) > 0
         assert got.moved_bytes == want.moved_bytes
+
+
+@pytest.mark.parametrize("name", ["default", "no-prefix-caching", "dram-ssd"])
+def test_decode_stretches_past_the_loops_buffers_allocate_their_own(name, monkeypatch):
+    """A decode stretch whose segments outgrow the loop's buffers (here every one: buffers of no room) takes its
+    own, sized ones: the run is the same."""
+    tr = load_trace("synthetic", limit=300, seed=3)
+    cfg, model = CASES[name]
+    want = simulate_serving(tr, cfg, model, compiled=True)
+    monkeypatch.setattr(compiledrun, "STRETCH_ROOM", -compiledrun.FAST_FORWARD_STEPS)
+    assert compiledrun.stretch_buffers(scheduler_knobs(cfg), False)[1].shape == (1,)
+    assert_same(simulate_serving(tr, cfg, model, compiled=True), want)
 
 
 def roofline_cases():

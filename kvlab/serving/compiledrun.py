@@ -33,7 +33,7 @@ import numpy as np
 
 from ..checks import cdiv
 from ..sim.kernels import ENABLED
-from .blockpool import (EVICTED, FREE, _cache, _decode_run, _free, _hit, _hit_held, _idle, _inline, _leaf, _output_key,
+from .blockpool import (EVICTED, FREE, _cache, _decode_steps, _free, _hit, _hit_held, _idle, _inline, _leaf, _output_key,
                         _remove_slot, _slot, _take, _touch, BlockPool)
 
 if ENABLED:
@@ -84,6 +84,7 @@ AFFINE, ROOFLINE, ROOFLINE_V4 = range(3)
 # roofline: overhead ms, 2 x active params, TP, memory B/s, compute FLOP/s
 FAST_FORWARD_STEPS = 4096  # as kvlab.serving.eventloop's
 FAST_FORWARD_CHUNK = 16  # steps of a stretch priced first (then twice as many, ...)
+STRETCH_ROOM = 4  # blocks a decode stretch's buffers hold per running request beyond what its steps can take
 
 
 # -- exact float sum (math.fsum, for the roofline's FLOPs) --------------------------------------------------------
@@ -883,25 +884,50 @@ def _stretch_end(rq, run, ist, m):
         rq[r, OUT] += m
 
 
+@_leaf
+def _stretch(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, ist, m, host, htab, hring, hpage, hmeta, hcap, w, na,
+             seg, pk, scratch, log, heap, grp):
+    """A stretch of up to m decode steps for the na requests in w, given buffers of its size: returns the steps
+    applied, or -1."""
+    _stretch_fill(rq, bt, ids, off, kn, w, na, seg, pk)
+    m, ne, _ = _decode_steps(blk, fq, tab, meta, m, kn[BS], kn[MML], kn[CACHING] != 0, w[W_C1, :na], w[W_T1, :na],
+                             w[W_NB, :na], w[W_CU, :na], w[W_RID, :na], w[W_NK, :na], w[W_CU0, :na], seg, w[W_SOFF],
+                             pk, w[W_KOFF], scratch, log, host != 0, heap, grp)
+    if m >= 0:
+        _stretch_back(rq, bt, slots, ist, w, na, seg, log, ne, htab, hring, hpage, hmeta, hcap)
+    return m
+
+
 @_compiled
-def _skip_decodes(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, run, ist, m, host, htab, hring, hpage, hmeta, hcap):
+def _stretch_sized(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, ist, m, host, htab, hring, hpage, hmeta, hcap, w,
+                   na, heap, grp):
+    """`_stretch` with buffers allocated to its size: for a stretch past the loop's (prefix caching off, say)."""
+    n = w[W_SOFF, na]
+    return _stretch(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, ist, m, host, htab, hring, hpage, hmeta, hcap, w,
+                    na, np.empty(n, np.int64), np.empty(w[W_KOFF, na], np.int64), np.empty(n + 1, np.int64),
+                    np.empty((3, 2 * n if host else 0), np.int64), heap, grp)
+
+
+@_stepper
+def _skip_decodes(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, run, ist, m, host, htab, hring, hpage, hmeta, hcap,
+                  sw, sbuf, slog):
     """VllmScheduler.skip_decodes: up to m decode steps of the running batch at once; returns how many (fewer
-    where the free queue runs short), or -1 when a request outgrew its segment. It allocates the stretch's arrays
-    (so it counts references); the leaf kernels above do the per-request work."""
-    w = np.empty((9, ist[NRUN] + 1), np.int64)
-    na = _stretch_rows(rq, kn, run, ist, m, w)
+    where the free queue runs short), or -1 when a request outgrew its segment. The loop's buffers (sw: the work
+    rows, then a heap and a group of [MNS + 2]; sbuf: segments, prompt keys and scratch of S, S and S + 1; slog:
+    [3, 2S] or [3, 0] without host tiers) hold a stretch of every running request's next S / (MNS + 1) blocks; a
+    longer one allocates its own."""
+    na = _stretch_rows(rq, kn, run, ist, m, sw)
     if na:
-        seg = np.empty(w[W_SOFF, na], np.int64)  # each request's blocks from its first unhashed on, room to grow
-        pk = np.empty(w[W_KOFF, na], np.int64)  # the prompt keys they may hash
-        _stretch_fill(rq, bt, ids, off, kn, w, na, seg, pk)
-        scratch = np.empty(seg.shape[0] + 1, np.int64)
-        log = np.empty((3, 2 * seg.shape[0] if host else 0), np.int64)
-        m, ne, _ = _decode_run(blk, fq, tab, meta, m, kn[BS], kn[MML], kn[CACHING] != 0, w[W_C1, :na], w[W_T1, :na],
-                               w[W_NB, :na], w[W_CU, :na], w[W_RID, :na], w[W_NK, :na], w[W_CU0, :na], seg,
-                               w[W_SOFF], pk, w[W_KOFF], scratch, log, host != 0)
+        size = (sbuf.shape[0] - 1) // 3
+        heap, grp = sw[W_KOFF + 1, :na], sw[W_KOFF + 2, :na]
+        if sw[W_SOFF, na] <= size and sw[W_KOFF, na] <= size:
+            m = _stretch(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, ist, m, host, htab, hring, hpage, hmeta,
+                         hcap, sw, na, sbuf[:size], sbuf[size:2 * size], sbuf[2 * size:], slog, heap, grp)
+        else:
+            m = _stretch_sized(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, ist, m, host, htab, hring, hpage,
+                               hmeta, hcap, sw, na, heap, grp)
         if m < 0:
             return -1
-        _stretch_back(rq, bt, slots, ist, w, na, seg, log, ne, htab, hring, hpage, hmeta, hcap)
     _stretch_end(rq, run, ist, m)
     return m
 
@@ -910,7 +936,7 @@ def _skip_decodes(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, run, ist, m, 
 @_stepper
 def _step(rq, rt, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring, hpage, hmeta,
           hcap, hread, got, wq, run, ist, fst, bat, bcnt, pre, nxt, gap, ht, hr, kind, pp, wbt, kv_at, fl_at, win,
-          whole, pn, pc, dc, flbuf, dts, kvs, fls, now):
+          whole, pn, pc, dc, flbuf, dts, kvs, fls, sw, sbuf, slog, now):
     """VllmReplica.step and EventLoop.step_vllm at `now`: apply what is due, schedule, price, fast-forward."""
     asy = kn[ASYNC]
     if ist[INFL_ON] and not asy:
@@ -993,7 +1019,7 @@ def _step(rq, rt, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, hbuf, evbuf
                         chunk *= 2
                     t += dts[m]
                 m = _skip_decodes(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, run, ist, m, host, htab, hring,
-                                  hpage, hmeta, hcap)
+                                  hpage, hmeta, hcap, sw, sbuf, slog)
                 if m < 0:
                     return -1
                 if m:
@@ -1012,10 +1038,11 @@ def _step(rq, rt, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, hbuf, evbuf
 
 @_compiled
 def _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, win, whole, ht, hr, wq, run, bat, bcnt,
-         pre, blk, fq, tab, meta, bt, slots, htab, hring, hpage, hmeta, hcap, hread, ist, fst, stop_done):
+         pre, blk, fq, tab, meta, bt, slots, htab, hring, hpage, hmeta, hcap, hread, ist, fst, sw, sbuf, slog,
+         stop_done):
     """EventLoop.run for one replica until `stop_done` requests have left or nothing is left; returns 0 when the
     run is over, 1 when stopped early (call again to go on), 2 when requests are left that can never be scheduled,
-    3 when a decode stretch outgrew its segment."""
+    3 when a decode stretch outgrew its segment. sw, sbuf, slog: a decode stretch's buffers (`stretch_buffers`)."""
     nbmax = kn[NBMAX]
     kbuf = np.empty(nbmax, np.int64)  # keys of one request's blocks
     hbuf = np.empty(nbmax, np.int64)  # its cache hits
@@ -1037,7 +1064,8 @@ def _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, wi
             ist[DUE] = 0
             if _step(rq, rt, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, hbuf, evbuf, skip, host, htab, hring,
                      hpage, hmeta, hcap, hread, got, wq, run, ist, fst, bat, bcnt, pre, nxt, gap, ht, hr, kind, pp, wbt,
-                     kv_at, fl_at, win, whole, pn, pc, dc, flbuf, dts, kvs, fls, fst[DUE_T]) < 0 or ist[OVER]:
+                     kv_at, fl_at, win, whole, pn, pc, dc, flbuf, dts, kvs, fls, sw, sbuf, slog, fst[DUE_T]) < 0 or \
+                    ist[OVER]:
                 return 3
             continue
         if ist[HAS_END] and (ist[NARR] == 0 or fst[END_T] <= t_arr):  # ends before arrivals of the same time
@@ -1159,6 +1187,16 @@ def prompt_key_counts(trace, block_size: int, caching: bool) -> np.ndarray:
     return np.where(span >= 0, np.minimum(inp // block_size, span // block_size + 1), 0).astype(np.int64)
 
 
+def stretch_buffers(knobs, host: bool):
+    """A decode stretch's buffers for `_skip_decodes`: work rows, heap and group for every running request, and
+    segments, prompt keys, scratch and log (host tiers only) for each one's next FAST_FORWARD_STEPS // block size +
+    STRETCH_ROOM blocks (a stretch needing more, prefix caching off say, allocates its own)."""
+    mns = knobs.max_num_seqs + 1
+    size = mns * max(FAST_FORWARD_STEPS // knobs.block_size + STRETCH_ROOM, 0)
+    return (np.empty((W_KOFF + 3, mns + 1), np.int64), np.empty(3 * size + 1, np.int64),
+            np.empty((3, 2 * size if host else 0), np.int64))
+
+
 def key_table(trace, knobs) -> np.ndarray:
     """The pool's key table for a whole run, sized once: a key stays in it while a block is cached under it, so it
     never holds more keys than the pool has blocks, nor more than the trace has blocks to hash; over twice that
@@ -1258,12 +1296,13 @@ def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching:
         hcap, trace.block_tokens, knobs.block_size,
         min(int(ids.max()) + 1, ids.shape[0]) if host is not None and ids.shape[0] else 0)
     nxt, gap = np.asarray(nxt, np.int64), np.asarray(gap, float)
+    sw, sbuf, slog = stretch_buffers(knobs, host is not None)
     chunk = max(2_000, R // 100)  # requests finished between progress updates
     while True:
         before = int(ist[DONE])
         code = _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, win, whole, ht, hr, wq, run,
-                    bat, bcnt, pre, pool.blk, pool.fq, tab, pool.meta, bt, slots, htab, hring, hpage, hmeta, hcap, hread, ist,
-                    fst, before + chunk)
+                    bat, bcnt, pre, pool.blk, pool.fq, tab, pool.meta, bt, slots, htab, hring, hpage, hmeta, hcap, hread,
+                    ist, fst, sw, sbuf, slog, before + chunk)
         if progress is not None:
             progress.update(int(ist[DONE]) - before)
         if code != 1:
