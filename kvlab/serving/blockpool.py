@@ -610,8 +610,8 @@ class BlockPool:
         self._room_for(len(seg))  # every block the run may hash
         scratch = np.empty(len(seg) + 1, np.int64)
         log = np.empty((3, 2 * len(seg) if logging else 0), np.int64)
-        got, ne, last = _decode_run(self.blk, self.fq, self.tab, self.meta, m, bs, mml, self.caching, c1, t1, nb, cu, rid, nkeys,
-                              base, seg, soff, pk, koff, scratch, log, logging)
+        got, ne, last = _decode_run(self.blk, self.fq, self.tab, self.meta, m, bs, mml, self.caching, c1, t1, nb, cu,
+                                    rid, nkeys, base, seg, soff, pk, koff, scratch, log, logging)
         if got < 0:
             raise RuntimeError("a decode run outgrew a request's block segment")  # skip_decodes sizes them
         return got, log[:, :ne], last

@@ -33,8 +33,8 @@ import numpy as np
 
 from ..checks import cdiv
 from ..sim.kernels import ENABLED
-from .blockpool import (EVICTED, FREE, _cache, _decode_steps, _free, _hit, _hit_held, _idle, _inline, _leaf, _output_key,
-                        _remove_slot, _slot, _take, _touch, BlockPool)
+from .blockpool import (EVICTED, FREE, _cache, _decode_steps, _free, _hit, _hit_held, _idle, _inline, _leaf,
+                        _output_key, _remove_slot, _slot, _take, _touch, BlockPool)
 
 if ENABLED:
     from numba import njit
@@ -75,7 +75,8 @@ B_RID, B_N, B_SAMPLE, B_DECODE, B_HIT, B_DRAM, B_SSD = range(7)  # B_DRAM, B_SSD
 # counts and free pages start, how many pages are free, two memos (trace block, its page), and log2 of the block
 # tokens and of the block size where they are powers of two (-1 where not: a page's arithmetic then divides)
 (H_COUNT1, H_COUNT2, H_HEAD1, H_HEAD2, H_TAIL1, H_TAIL2, H_BASE1, H_BASE2, H_MASK1, H_MASK2, H_DROPPED, M_HD, M_DS,
- M_DH, M_SH, M_HS, H_TB, H_BS, H_WSH, H_OWN, H_PCNT, H_FREE, H_NFREE, H_MID, H_MPG, H_VID, H_VPG, H_TSH, H_BSH) = range(29)
+ M_DH, M_SH, M_HS, H_TB, H_BS, H_WSH, H_OWN, H_PCNT, H_FREE, H_NFREE, H_MID, H_MPG, H_VID, H_VPG, H_TSH,
+ H_BSH) = range(29)
 RING_MAX = 1 << 29  # the most places of a ring (an int32 entry holds index << 2 | tier)
 TOMB = -1  # a ring's gap (prompt keys are non-negative)
 # step pricing kinds and their float parameters (pp)
@@ -267,13 +268,23 @@ def _release(rq, bt, slots, blk, fq, meta, ist, r):
     rq[r, CU] = 0
 
 
+@_inline
+def _keys_upto(kbuf, kv, upto, rq, ids, off, r, kn):
+    """kbuf[:upto] made to hold request r's keys from block 0, kbuf[:kv] holding them already; returns how many it
+    holds."""
+    if upto > kv:
+        _keys(kbuf[kv:upto], rq, ids, off, r, kv, upto, kn[TB], kn[BS])
+        return upto
+    return kv
+
+
 @_stepper
-def _allocate(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hpage, hmeta, hcap, ist, r,
-              n, hit, evict, reserve, ext, admit, got):
+def _allocate(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, kv, evbuf, host, htab, hring, hpage, hmeta, hcap,
+              ist, r, n, hit, evict, reserve, ext, admit, got):
     """VllmScheduler._allocate: blocks for n more tokens of r after its cache hits `hit` (of which `evict` sit in the
     free queue: `_hit`'s count) and `ext` blocks found in host tiers, or False when they do not fit. `admit`: r
     is taken from the waiting queue with nothing computed (host tiers take its blocks out: got = [loaded from
-    DRAM, from SSD])."""
+    DRAM, from SSD]); kbuf[:kv] holds its first kv keys then (the admission's lookup computed them)."""
     bs, mml = kn[BS], kn[MML]
     nh = hit.shape[0]
     computed = rq[r, COMP] + (nh + ext) * bs
@@ -291,9 +302,8 @@ def _allocate(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, evbuf, host
         return False
     if admit and host:  # the prompt's keys past the pool hit
         nk = rq[r, NKEYS]
-        keys = kbuf[:max(nk - nh, 0)]
-        _keys(keys, rq, ids, off, r, nh, nh + keys.shape[0], kn[TB], bs)
-        _h_admit(htab, hpage, hring, hmeta, keys, ext, got)
+        kv = _keys_upto(kbuf, kv, nk, rq, ids, off, r, kn)
+        _h_admit(htab, hpage, hring, hmeta, kbuf[nh:max(nk, nh)], ext, got)
     known = rq[r, CU]
     if nh:
         _touch(blk, fq, meta, hit)
@@ -314,8 +324,12 @@ def _allocate(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, evbuf, host
     if full_blocks > cu:
         lo = cu + max(min(known, full_blocks) - cu, 0)
         if kn[CACHING] and (full_blocks > lo or host):
-            keys = kbuf[:full_blocks - cu]
-            _keys(keys, rq, ids, off, r, cu, full_blocks, kn[TB], bs)
+            if admit:  # cu is 0: the keys are kbuf's, from block 0
+                kv = _keys_upto(kbuf, kv, full_blocks, rq, ids, off, r, kn)
+                keys = kbuf[:full_blocks]
+            else:
+                keys = kbuf[:full_blocks - cu]
+                _keys(keys, rq, ids, off, r, cu, full_blocks, kn[TB], bs)
             _cache(blk, tab, meta, bt[rq[r, SLOT], lo:full_blocks], keys[lo - cu:])
             if host:  # HostTiers.hashed; the hits' keys are in the pool, which leaves them no host copy
                 for i in range(lo - cu, keys.shape[0]):
@@ -658,8 +672,8 @@ def _schedule(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, hbuf, evbuf
             i += 1
             continue
         ok = True
-        while not _allocate(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hpage, hmeta,
-                            hcap, ist, r, n, hbuf[:0], 0, False, 0, False, got):
+        while not _allocate(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, 0, evbuf, host, htab, hring, hpage,
+                            hmeta, hcap, ist, r, n, hbuf[:0], 0, False, 0, False, got):
             ist[NRUN] -= 1
             victim = run[ist[NRUN]]
             _preempt(rq, bt, slots, blk, fq, meta, wq, ist, victim)
@@ -684,10 +698,11 @@ def _schedule(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, hbuf, evbuf
                 nskip += 1
                 continue
             tokens = rq[r, PROMPT] + rq[r, OUT]
-            nh = held = ext = 0
+            nh = held = ext = kv = 0
             admit = rq[r, COMP] == 0 and caching != 0
             if admit:
-                keys = kbuf[:(tokens - 1) // bs]
+                kv = (tokens - 1) // bs
+                keys = kbuf[:kv]
                 _keys(keys, rq, ids, off, r, 0, keys.shape[0], kn[TB], bs)
                 if rq[r, FAILED] and kn[RESERVE]:
                     # full-input admission fails iff its blocks less the hits held exceed the free blocks: a head
@@ -708,8 +723,8 @@ def _schedule(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, hbuf, evbuf
             if not kn[CHUNKED] and n > budget:
                 break
             n = min(n, budget)
-            if not _allocate(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, evbuf, host, htab, hring, hpage,
-                             hmeta, hcap, ist, r, n, hbuf[:nh], nh - held, kn[RESERVE] != 0, ext, admit, got):
+            if not _allocate(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, kv, evbuf, host, htab, hring,
+                             hpage, hmeta, hcap, ist, r, n, hbuf[:nh], nh - held, kn[RESERVE] != 0, ext, admit, got):
                 stuck = kn[RESERVE] != 0 or (n == whole and ext == 0)
                 rq[r, FAILED] = 1
                 break
@@ -1301,8 +1316,8 @@ def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching:
     while True:
         before = int(ist[DONE])
         code = _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, win, whole, ht, hr, wq, run,
-                    bat, bcnt, pre, pool.blk, pool.fq, tab, pool.meta, bt, slots, htab, hring, hpage, hmeta, hcap, hread,
-                    ist, fst, sw, sbuf, slog, before + chunk)
+                    bat, bcnt, pre, pool.blk, pool.fq, tab, pool.meta, bt, slots, htab, hring, hpage, hmeta, hcap,
+                    hread, ist, fst, sw, sbuf, slog, before + chunk)
         if progress is not None:
             progress.update(int(ist[DONE]) - before)
         if code != 1:
