@@ -299,3 +299,21 @@ def test_host_rings_keep_fifo_order_through_gaps_and_compaction(caps, layout):
         assert int(np.count_nonzero(htab[:, 1] >= 0)) == len(pages)
         assert all(compiledrun._h_find(htab, hmeta, np.int64(p * tb), compiledrun.H_MID) >= 0 for p in pages)
     assert compacted > 0  # the gaps filled a ring and were closed
+
+
+def test_compiled_modules_name_the_sources_they_embed():
+    """numba's cache checks only a kernel's own file, but a compiled caller embeds its callees: each module's EMBEDS
+    names the other kernel sources with their digests, so that editing one without this file (whose cache would
+    then run the old kernels) fails here."""
+    import hashlib
+    from pathlib import Path
+
+    from kvlab.serving import blockpool, prefetch
+    for mod in (blockpool, compiledrun):
+        here = Path(mod.__file__).parent
+        for name, digest in mod.EMBEDS.items():
+            text = (here / name).read_bytes().replace(b"\r\n", b"\n")
+            assert hashlib.sha256(text).hexdigest()[:16] == digest, \
+                f"{name} changed: update {Path(mod.__file__).name}'s EMBEDS to its new digest"
+    assert set(compiledrun.EMBEDS) == {"blockpool.py", "prefetch.py"} and set(blockpool.EMBEDS) == {"prefetch.py"}
+    assert prefetch.prefetch(np.zeros(1), 0) is None  # plain Python: the hint does nothing

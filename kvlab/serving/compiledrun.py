@@ -36,6 +36,11 @@ from ..sim.kernels import ENABLED
 from .blockpool import (EVICTED, FREE, _cache, _decode_steps, _free, _hit, _hit_held, _idle, _inline, _leaf,
                         _output_key, _remove_slot, _slot, _take, _touch, BlockPool)
 
+# numba's on-disk cache checks only a kernel's own source file, yet a compiled caller embeds the kernels it calls:
+# EMBEDS names the other sources whose kernels this module's embed, with their sha256 (first 16 hex digits), so that
+# changing one of them means changing this file too, which recompiles it (tests/test_compiled_run.py checks)
+EMBEDS = {"blockpool.py": "cc00e5d4ff9e5f57", "prefetch.py": "401ea385ec2539bd"}
+
 if ENABLED:
     from numba import njit
     # NRT named, not left to the caller: a kernel without it (blockpool._leaf) passes that on to what it calls
