@@ -3,7 +3,7 @@ step pricing of one replica, for the runs that need nothing Python-only.
 
 kvlab.serving.eventloop.EventLoop driving kvlab.serving.scheduler.VllmScheduler (with kvlab.serving.hosttiers) is
 the reference: this module follows it rule for rule, over the same compiled block pool (kvlab.serving.blockpool's
-kernels, its decode stretch `_decode_run` included), and gives the same figures to the last bit
+kernels, its decode stretch `_decode_steps` included), and gives the same figures to the last bit
 (tests/test_compiled_run.py holds every per-request array, the step count, busy seconds, bytes moved between tiers
 and the time-averaged requests in system equal on pressured, shared-prefix, async and sync, chunked and unchunked
 streams with and without DRAM / SSD tiers, and vLLM's fixture streams request for request). What the Python loop
@@ -14,8 +14,8 @@ Runs it covers (`unsupported` says why not, and the caller falls back to the Pyt
 log, host tiers without per-block history (admission "all", no TTL) under LRU or FIFO, steps priced by the affine
 model (the unit model is one) or kvlab's roofline within its per-context tables (contexts below
 kvlab.serving.steptime.roofline.TABLE_MAX). Request state lives in rows of int64 arrays (one row per request), the
-waiting queue is a ring, running requests an array in admission order, a request's block table one of
-max_num_seqs reusable buffers; host tiers are a ring per tier (DRAM's and SSD's keys in the order they came, with
+waiting queue is a ring, running requests an array in admission order, a request's block table a row of one
+[max_num_seqs + 1, most blocks] array (rows reused; lazily paged), the pool's key table sized once for the run; host tiers are a ring per tier (DRAM's and SSD's keys in the order they came, with
 gaps where a key left from the middle, closed when the ring fills) and a page of entries per trace block holding
 keys there (an entry per KV block of the trace block: its ring place), found through a key table of trace blocks.
 Without per-block history time plays no part in them, and an LRU tier behaves as a FIFO one: the pool places,
@@ -47,7 +47,7 @@ if ENABLED:
     _compiled = njit(cache=True, nogil=True, _nrt=True)
     # the step's kernels, called once or more a step with dozens of arrays: without NRT, so that binding those
     # arguments costs no reference counting (they allocate nothing; what they call that allocates names NRT), and
-    # called from compiled code only (Python could not hand them typed lists without NRT)
+    # called from compiled code only
     _stepper = njit(cache=True, nogil=True, _nrt=False, no_cpython_wrapper=True)
 else:  # pragma: no cover - without numba the Python loop runs every case
     def _compiled(f):
