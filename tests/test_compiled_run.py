@@ -317,3 +317,25 @@ def test_compiled_modules_name_the_sources_they_embed():
                 f"{name} changed: update {Path(mod.__file__).name}'s EMBEDS to its new digest"
     assert set(compiledrun.EMBEDS) == {"blockpool.py", "prefetch.py"} and set(blockpool.EMBEDS) == {"prefetch.py"}
     assert prefetch.prefetch(np.zeros(1), 0) is None  # plain Python: the hint does nothing
+
+
+@pytest.mark.parametrize("name", ["dram", "dram-ssd", "ssd-only", "dram-ssd-fifo-sync"])
+def test_host_tiers_on_a_helper_thread_give_the_same_run(name, monkeypatch):
+    """From OFFLOAD_MIN requests the host tiers' placements and drops go through a log that a helper thread applies
+    (the loop waits for it to drain before an admission reads the tiers): every figure stays the one-thread run's."""
+    tr = load_trace("synthetic", limit=300, seed=3)
+    cfg, model = CASES[name]
+    want = simulate_serving(tr, cfg, model, compiled=True)
+    monkeypatch.setattr(compiledrun, "OFFLOAD_MIN", 0)
+    monkeypatch.setattr(compiledrun.os, "cpu_count", lambda: 2)
+    started = []
+    real = compiledrun._h_worker
+
+    def worker(*a):
+        started.append(True)
+        return real(*a)
+    monkeypatch.setattr(compiledrun, "_h_worker", worker)
+    got = simulate_serving(tr, cfg, model, compiled=True)
+    assert started == [True]
+    assert_same(got, want)
+    assert sum(got.moved_bytes.values()) > 0

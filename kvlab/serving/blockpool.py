@@ -41,7 +41,7 @@ from .prefetch import prefetch
 # numba's on-disk cache checks only a kernel's own source file, yet a compiled caller embeds the kernels it calls:
 # EMBEDS names the other sources whose kernels this module's embed, with their sha256 (first 16 hex digits), so that
 # changing one of them means changing this file too, which recompiles it (tests/test_compiled_run.py checks)
-EMBEDS = {"prefetch.py": "401ea385ec2539bd"}
+EMBEDS = {"prefetch.py": "afd2a4c92fe0911c"}
 
 NONE = np.zeros(0, np.int64)  # no blocks
 AHEAD = 8  # how many blocks or keys ahead a loop asks for the rows and slots it will visit (`prefetch`)

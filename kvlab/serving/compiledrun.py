@@ -15,31 +15,37 @@ log, host tiers without per-block history (admission "all", no TTL) under LRU or
 model (the unit model is one) or kvlab's roofline within its per-context tables (contexts below
 kvlab.serving.steptime.roofline.TABLE_MAX). Request state lives in rows of int64 arrays (one row per request), the
 waiting queue is a ring, running requests an array in admission order, a request's block table a row of one
-[max_num_seqs + 1, most blocks] array (rows reused; lazily paged), the pool's key table sized once for the run; host tiers are a ring per tier (DRAM's and SSD's keys in the order they came, with
-gaps where a key left from the middle, closed when the ring fills) and a page of entries per trace block holding
+[max_num_seqs + 1, most blocks] array (rows reused; lazily paged), the pool's key table sized once for the run;
+host tiers are a ring per tier (DRAM's and SSD's keys in the order they came, with gaps where a key left from the
+middle, closed when the ring fills) and a page of entries per trace block holding
 keys there (an entry per KV block of the trace block: its ring place), found through a key table of trace blocks.
 Without per-block history time plays no part in them, and an LRU tier behaves as a FIFO one: the pool places,
 hashing and admission remove, nothing looks a host block up in place. Those walks go through a prompt's blocks in
 order, so a trace block's page is looked up once for its run of keys, and a trace block without keys in a tier
 (most of a prompt's new blocks) has no page: one probe answers for all its keys. The loop's state sits in arrays
 between calls, so the caller runs it a slice of requests at a time (the progress
-bar).
+bar). From OFFLOAD_MIN requests on a machine of two cores or more, the host tiers' placements and drops go through
+a log that a helper thread applies in order (`_h_worker`); the loop waits for it to drain before an admission reads
+the tiers, so the run is the one-thread run's to the last bit, with about a fifth of the tier stack's work on the
+other core.
 """
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
 from ..checks import cdiv
 from ..sim.kernels import ENABLED
+from .prefetch import load_acquire, store_release
 from .blockpool import (EVICTED, FREE, _cache, _decode_steps, _free, _hit, _hit_held, _idle, _inline, _leaf,
                         _output_key, _remove_slot, _slot, _take, _touch, BlockPool)
 
 # numba's on-disk cache checks only a kernel's own source file, yet a compiled caller embeds the kernels it calls:
 # EMBEDS names the other sources whose kernels this module's embed, with their sha256 (first 16 hex digits), so that
 # changing one of them means changing this file too, which recompiles it (tests/test_compiled_run.py checks)
-EMBEDS = {"blockpool.py": "cc00e5d4ff9e5f57", "prefetch.py": "401ea385ec2539bd"}
+EMBEDS = {"blockpool.py": "2db5d2fb6a3cdf91", "prefetch.py": "afd2a4c92fe0911c"}
 
 if ENABLED:
     from numba import njit
@@ -81,7 +87,12 @@ B_RID, B_N, B_SAMPLE, B_DECODE, B_HIT, B_DRAM, B_SSD = range(7)  # B_DRAM, B_SSD
 # tokens and of the block size where they are powers of two (-1 where not: a page's arithmetic then divides)
 (H_COUNT1, H_COUNT2, H_HEAD1, H_HEAD2, H_TAIL1, H_TAIL2, H_BASE1, H_BASE2, H_MASK1, H_MASK2, H_DROPPED, M_HD, M_DS,
  M_DH, M_SH, M_HS, H_TB, H_BS, H_WSH, H_OWN, H_PCNT, H_FREE, H_NFREE, H_MID, H_MPG, H_VID, H_VPG, H_TSH,
- H_BSH) = range(29)
+ H_BSH, H_QON, H_QBASE, H_QMASK) = range(32)
+# the host-tier log a helper thread applies (`_h_worker`): the loop's write position and its last read of the
+# helper's (one cache line), the published write position, the helper's read position, the stop flag (a line each)
+H_QWL, H_QRC, H_QW, H_QR, H_QSTOP, H_SIZE = 32, 33, 40, 48, 56, 64
+QLOG = 1 << 16  # entries of the host-tier log
+OFFLOAD_MIN = 50_000  # requests from which host tiers run on a helper thread (when the machine has two cores)
 RING_MAX = 1 << 29  # the most places of a ring (an int32 entry holds index << 2 | tier)
 TOMB = -1  # a ring's gap (prompt keys are non-negative)
 # step pricing kinds and their float parameters (pp)
@@ -308,6 +319,7 @@ def _allocate(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, kv, evbuf, 
     if admit and host:  # the prompt's keys past the pool hit
         nk = rq[r, NKEYS]
         kv = _keys_upto(kbuf, kv, nk, rq, ids, off, r, kn)
+        _hq_drain(hmeta)
         _h_admit(htab, hpage, hring, hmeta, kbuf[nh:max(nk, nh)], ext, got)
     known = rq[r, CU]
     if nh:
@@ -323,7 +335,7 @@ def _allocate(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, kv, evbuf, 
         if host:
             for e in range(nev):
                 if evbuf[e] >= 0:  # prompt blocks: output blocks never reach host tiers
-                    _h_place(htab, hpage, hring, hmeta, hcap, evbuf[e])
+                    _h_place_or_log(htab, hpage, hring, hmeta, hcap, evbuf[e])
     full_blocks = min(computed + n, tokens) // bs
     cu = rq[r, CU]
     if full_blocks > cu:
@@ -338,7 +350,7 @@ def _allocate(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, kv, evbuf, 
             _cache(blk, tab, meta, bt[rq[r, SLOT], lo:full_blocks], keys[lo - cu:])
             if host:  # HostTiers.hashed; the hits' keys are in the pool, which leaves them no host copy
                 for i in range(lo - cu, keys.shape[0]):
-                    _h_drop(htab, hpage, hring, hmeta, keys[i])
+                    _h_drop_or_log(htab, hpage, hring, hmeta, keys[i])
         rq[r, CU] = full_blocks
     return True
 
@@ -537,6 +549,76 @@ def _h_admit(htab, hpage, hring, hmeta, keys, run, got):
                 hmeta[M_DH if t == 1 else M_SH] += 1
 
 
+@_inline
+def _hq_publish(hmeta):
+    store_release(hmeta, H_QW, hmeta[H_QWL])
+
+
+@_inline
+def _hq_push(hring, hmeta, v):
+    """Log v for the helper (a key to place; ~key: a key to drop), waiting while the log is full."""
+    w = hmeta[H_QWL]
+    if w - hmeta[H_QRC] > hmeta[H_QMASK]:
+        _hq_publish(hmeta)
+        r = load_acquire(hmeta, H_QR)
+        while w - r > hmeta[H_QMASK]:
+            r = load_acquire(hmeta, H_QR)
+        hmeta[H_QRC] = r
+    hring[hmeta[H_QBASE] + (w & hmeta[H_QMASK])] = v
+    hmeta[H_QWL] = w + 1
+    if (w + 1) & 63 == 0:
+        _hq_publish(hmeta)
+
+
+@_inline
+def _hq_drain(hmeta):
+    """Wait until the helper has applied every logged entry (the tiers are then this thread's to read)."""
+    if hmeta[H_QON]:
+        _hq_publish(hmeta)
+        w = hmeta[H_QWL]
+        while load_acquire(hmeta, H_QR) != w:
+            pass
+        hmeta[H_QRC] = w
+
+
+@_inline
+def _h_place_or_log(htab, hpage, hring, hmeta, hcap, key):
+    if hmeta[H_QON]:
+        _hq_push(hring, hmeta, key)
+    else:
+        _h_place(htab, hpage, hring, hmeta, hcap, key)
+
+
+@_inline
+def _h_drop_or_log(htab, hpage, hring, hmeta, key):
+    if key >= 0:  # (an output key is in no tier)
+        if hmeta[H_QON]:
+            _hq_push(hring, hmeta, ~key)
+        else:
+            _h_drop(htab, hpage, hring, hmeta, key)
+
+
+@njit(cache=True, nogil=True) if ENABLED else (lambda f: f)
+def _h_worker(htab, hpage, hring, hmeta, hcap):
+    """The helper thread: applies the log in order until told to stop and the log is empty."""
+    base, mask = hmeta[H_QBASE], hmeta[H_QMASK]
+    r = load_acquire(hmeta, H_QR)
+    while True:
+        w = load_acquire(hmeta, H_QW)
+        if r == w:
+            if load_acquire(hmeta, H_QSTOP) and load_acquire(hmeta, H_QW) == r:
+                return r
+            continue
+        while r < w:
+            v = hring[base + (r & mask)]
+            if v >= 0:
+                _h_place(htab, hpage, hring, hmeta, hcap, v)
+            else:
+                _h_drop(htab, hpage, hring, hmeta, ~v)
+            r += 1
+        store_release(hmeta, H_QR, r)
+
+
 # -- queues -------------------------------------------------------------------------------------------------------
 @_leaf
 def _wq_append(wq, ist, r, left):
@@ -721,6 +803,7 @@ def _schedule(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, hbuf, evbuf
                     nh = _hit(tab, keys, hbuf)
                     held = nh - _idle(blk, hbuf[:nh])
                 if host:  # the run continues in DRAM / SSD
+                    _hq_drain(hmeta)
                     ext = _h_run(htab, hpage, hmeta, keys[nh:])
             n = whole = tokens - (nh + ext) * bs - rq[r, COMP]
             if 0 < threshold < n:
@@ -882,9 +965,9 @@ def _stretch_back(rq, bt, slots, ist, w, na, seg, log, ne, htab, hring, hpage, h
     for e in range(ne):
         if log[0, e] == EVICTED:
             if log[2, e] >= 0:
-                _h_place(htab, hpage, hring, hmeta, hcap, log[2, e])
+                _h_place_or_log(htab, hpage, hring, hmeta, hcap, log[2, e])
         else:
-            _h_drop(htab, hpage, hring, hmeta, log[2, e])
+            _h_drop_or_log(htab, hpage, hring, hmeta, log[2, e])
     for q in range(na):
         r = w[W_RID, q]
         add = w[W_NB, q] - rq[r, NB]
@@ -1242,7 +1325,7 @@ def host_state(hcap, block_tokens: int, block_size: int, trace_blocks: int):
     width = max(-(-block_tokens // block_size) - 1, 0).bit_length()  # log2 of a page's entries
     slots = 1 << max(int(2 * (pages + 2)).bit_length(), 4)  # the directory, at most half full
     htab = np.full((slots, 2), -1, np.int64)
-    hmeta = np.zeros(29, np.int64)
+    hmeta = np.zeros(H_SIZE, np.int64)
     hmeta[H_BASE2] = size[0]
     hmeta[H_MASK1], hmeta[H_MASK2] = size[0] - 1, size[1] - 1
     hmeta[H_TB], hmeta[H_BS], hmeta[H_WSH] = block_tokens, block_size, width
@@ -1253,9 +1336,10 @@ def host_state(hcap, block_tokens: int, block_size: int, trace_blocks: int):
     hmeta[H_FREE] = hmeta[H_PCNT] + pages
     hmeta[H_NFREE] = pages
     hmeta[H_MID] = hmeta[H_VID] = -1
-    hring = np.empty(sum(size) + 3 * pages, np.int64)
+    hring = np.empty(sum(size) + 3 * pages + QLOG, np.int64)
+    hmeta[H_QBASE], hmeta[H_QMASK] = sum(size) + 3 * pages, QLOG - 1
     hring[hmeta[H_PCNT]:hmeta[H_FREE]] = 0
-    hring[hmeta[H_FREE]:] = np.arange(pages - 1, -1, -1)  # page 0 taken first
+    hring[hmeta[H_FREE]:hmeta[H_FREE] + pages] = np.arange(pages - 1, -1, -1)  # page 0 taken first
     return htab, hring, np.empty(pages << width, np.int32), hmeta
 
 
@@ -1318,15 +1402,27 @@ def run_compiled(trace, a, knobs, model, arrivals, nxt, gap, refuse, *, caching:
     nxt, gap = np.asarray(nxt, np.int64), np.asarray(gap, float)
     sw, sbuf, slog = stretch_buffers(knobs, host is not None)
     chunk = max(2_000, R // 100)  # requests finished between progress updates
-    while True:
-        before = int(ist[DONE])
-        code = _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, win, whole, ht, hr, wq, run,
-                    bat, bcnt, pre, pool.blk, pool.fq, tab, pool.meta, bt, slots, htab, hring, hpage, hmeta, hcap,
-                    hread, ist, fst, sw, sbuf, slog, before + chunk)
-        if progress is not None:
-            progress.update(int(ist[DONE]) - before)
-        if code != 1:
-            break
+    worker = None
+    if host is not None and R >= OFFLOAD_MIN and (os.cpu_count() or 1) >= 2:
+        import threading
+        hmeta[H_QON] = 1
+        worker = threading.Thread(target=_h_worker, args=(htab, hpage, hring, hmeta, hcap), daemon=True)
+        worker.start()
+    try:
+        while True:
+            before = int(ist[DONE])
+            code = _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, win, whole, ht, hr, wq,
+                        run, bat, bcnt, pre, pool.blk, pool.fq, tab, pool.meta, bt, slots, htab, hring, hpage, hmeta,
+                        hcap, hread, ist, fst, sw, sbuf, slog, before + chunk)
+            if progress is not None:
+                progress.update(int(ist[DONE]) - before)
+            if code != 1:
+                break
+    finally:
+        if worker is not None:
+            hmeta[H_QW] = hmeta[H_QWL]
+            hmeta[H_QSTOP] = 1
+            worker.join()
     if code == 2:
         raise ParameterError("replica 0 stopped with requests it can never schedule")
     if code == 3:
