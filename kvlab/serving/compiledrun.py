@@ -598,7 +598,7 @@ def _h_drop_or_log(htab, hpage, hring, hmeta, key):
             _h_drop(htab, hpage, hring, hmeta, key)
 
 
-@njit(cache=True, nogil=True) if ENABLED else (lambda f: f)
+@_compiled
 def _h_worker(htab, hpage, hring, hmeta, hcap):
     """The helper thread: applies the log in order until told to stop and the log is empty."""
     base, mask = hmeta[H_QBASE], hmeta[H_QMASK]
@@ -1203,12 +1203,15 @@ def _run(rq, rt, refuse, nxt, gap, ids, off, kn, kind, pp, wbt, kv_at, fl_at, wi
 
 
 # -- the Python side ----------------------------------------------------------------------------------------------
+def request_tokens(trace, knobs) -> np.ndarray:
+    """[R] the most tokens each request of `trace` can hold (prompt + output, capped at max_model_len)."""
+    return np.minimum(np.asarray(trace.input_tokens, np.int64)
+                      + np.maximum(np.asarray(trace.output_tokens, np.int64), 1), knobs.max_model_len)
+
+
 def longest_request(trace, knobs) -> int:
-    """The most tokens a request of `trace` can hold (prompt + output, capped at max_model_len)."""
-    if not len(trace):
-        return 1
-    return int(np.max(np.minimum(np.asarray(trace.input_tokens, np.int64)
-                                 + np.maximum(np.asarray(trace.output_tokens, np.int64), 1), knobs.max_model_len)))
+    """The most tokens a request of `trace` can hold."""
+    return int(np.max(request_tokens(trace, knobs))) if len(trace) else 1
 
 
 def unsupported(cfg, model, trace, knobs, *, host, logging: bool) -> str | None:
@@ -1305,9 +1308,7 @@ def key_table(trace, knobs) -> np.ndarray:
     never holds more keys than the pool has blocks, nor more than the trace has blocks to hash; over twice that
     many slots keep it at most half full (blockpool's rule) with no growing in the loop."""
     bs = knobs.block_size
-    blocks = int(np.sum((np.minimum(np.asarray(trace.input_tokens, np.int64)
-                                    + np.maximum(np.asarray(trace.output_tokens, np.int64), 1),
-                                    knobs.max_model_len) + bs - 1) // bs)) if len(trace) else 0
+    blocks = int(np.sum((request_tokens(trace, knobs) + bs - 1) // bs))
     keys = min(knobs.num_blocks, blocks) + 1
     return np.full((1 << max(int(2 * keys).bit_length(), 4), 2), -1, np.int64)
 
