@@ -15,7 +15,7 @@ import pytest
 from schedcheck import _config, assert_requests_match, load, trace_of, unit_steps
 
 from kvlab.errors import ParameterError
-from kvlab.serving import compiledrun
+from kvlab.serving import blockpool as bp, compiledrun
 from kvlab.serving.replica import prompt_keys
 from kvlab.serving.simulator import ServeConfig, deployment_config, scheduler_knobs, simulate_serving
 from kvlab.serving.stepmodel import AffineStepModel
@@ -149,6 +149,42 @@ def test_uneven_blocks_compiled_unless_a_trace_block_sits_at_two_places():
     with pytest.raises(ParameterError, match="trace blocks whose KV block offsets differ"):
         simulate_serving(replace(tr, block_ids=ids), cfg, SLOW_PREFILL, compiled=True)
     assert simulate_serving(replace(tr, block_ids=ids), cfg, SLOW_PREFILL).loop.startswith("python")
+
+
+@pytest.mark.parametrize("page_bytes", [None, 0], ids=["pages", "a-key-a-page"])
+@pytest.mark.parametrize("layout", [(512, 16), (500, 16), (4096, 24), (8, 16)], ids=lambda x: f"tb{x[0]}-bs{x[1]}")
+def test_key_table_pages_give_the_python_loops_run(layout, page_bytes, monkeypatch):
+    """The compiled loop's key table files a trace block's keys on pages (blockpool.new_key_table): trace blocks
+    that the block size divides or not, powers of two or not (shifts or divisions), smaller than a KV block, and
+    pages of one key (KEY_PAGES_BYTES of nothing): the run is the Python loop's, whose pool files each key alone."""
+    tb, bs = layout
+    tr = replace(load_trace("synthetic", limit=300, seed=3), block_tokens=tb)
+    if page_bytes is not None:
+        monkeypatch.setattr(compiledrun, "KEY_PAGES_BYTES", page_bytes)
+    cfg = pressured(page_tokens=bs)
+    tab = compiledrun.key_table(tr, scheduler_knobs(cfg))
+    assert tab[bp.T_P] == (1 if page_bytes == 0 else min(bp.PAGE_MAX, 1 << (-(-tb // bs) - 1).bit_length()))
+    got = simulate_serving(tr, cfg, SLOW_PREFILL, compiled=True)
+    assert got.loop.startswith("compiled")
+    assert_same(got, simulate_serving(tr, cfg, SLOW_PREFILL, compiled=False))
+    assert got.hit_tokens.sum() > 0 and np.nanmax(got.queue_s) > 0  # prefixes hit, requests waited for blocks
+
+
+def test_trace_block_at_two_places_files_keys_by_token():
+    """A hand-built trace naming one trace block at two places in its requests (its keys' offsets then differ
+    modulo the block size) gets a key table whose pages step by one token, so no two keys share an entry: without
+    host tiers the compiled loop runs it, and its run is the Python loop's."""
+    tr = replace(load_trace("synthetic", limit=200, seed=3), block_tokens=500)
+    off, ids = tr.block_offsets, tr.block_ids.copy()
+    r = next(r for r in range(1, len(tr)) if off[r + 1] - off[r] >= 2)
+    ids[off[r] + 1] = ids[off[0]]  # request 0's first trace block, one place later
+    odd = replace(tr, block_ids=ids)
+    cfg = pressured()
+    assert compiledrun.key_table(odd, scheduler_knobs(cfg))[bp.T_STEP] == 1
+    assert compiledrun.key_table(tr, scheduler_knobs(cfg))[bp.T_STEP] == 16
+    got = simulate_serving(odd, cfg, SLOW_PREFILL, compiled=True)
+    assert got.loop.startswith("compiled")
+    assert_same(got, simulate_serving(odd, cfg, SLOW_PREFILL, compiled=False))
 
 
 def test_trace_without_prefixes_hashes_output_blocks_only():
@@ -296,7 +332,7 @@ def test_host_rings_keep_fifo_order_through_gaps_and_compaction(caps, layout):
                 assert v >= 0 and v & 3 == t + 1
                 assert hring[hmeta[compiledrun.H_BASE1 + t] + (v >> 2)] == k
         pages = {k // tb for k in tiers[0] + tiers[1]}  # the trace blocks with a page: those with held keys
-        assert int(np.count_nonzero(htab[:, 1] >= 0)) == len(pages)
+        assert int(np.count_nonzero(htab[1::2] >= 0)) == len(pages)
         assert all(compiledrun._h_find(htab, hmeta, np.int64(p * tb), compiledrun.H_MID) >= 0 for p in pages)
     assert compacted > 0  # the gaps filled a ring and were closed
 

@@ -1,48 +1,78 @@
-"""The block pool's key table (kvlab.serving.blockpool: open addressing, linear probing, removal by backward shift)
-against a dict: random inserts, lookups and removals in tables small enough that probe runs wrap and collide."""
+"""The directories (kvlab.serving.blockpool._probe: open addressing, linear probing, removal by backward shift) and
+the pool's paged key table built on one (`new_key_table`: a directory of key families, pages of their keys) against
+a dict: random inserts, lookups and removals in tables small enough that probe runs wrap and collide, and pages
+emptied, freed and reused."""
 import numpy as np
 import pytest
 
+from kvlab.errors import ParameterError
 from kvlab.serving import blockpool as bp
 
-
-def insert(tab, k, v):
-    s, found = bp._slot(tab, np.int64(k))
-    assert not found
-    tab[s] = (k, v)
-
-
-def remove(tab, k):
-    s, found = bp._slot(tab, np.int64(k))
-    assert found
-    bp._remove_slot(tab, s)
-
-
-def lookup(tab, keys):
-    out = np.empty(len(keys), np.int64)
-    bp._lookup(tab, np.asarray(keys, np.int64), out)
-    return out.tolist()
+# dense prompt-like keys, output-like negative keys, keys far apart in the high half, the extremes
+KEYS = np.concatenate([np.arange(40), -1 - np.arange(20), (np.arange(20) << 40) + 3, [2**63 - 1, -2**63]])
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_key_table_equals_a_dict(seed):
+def test_directory_equals_a_dict(seed):
     rng = np.random.default_rng(seed)
     slots = 16 if seed % 2 else 64
-    tab, d = np.full((slots, 2), -1, np.int64), {}
-    # dense prompt-like keys, output-like negative keys, keys far apart in the high half
-    pool = np.concatenate([np.arange(40), -1 - np.arange(20), (np.arange(20) << 40) + 3, [2**63 - 1, -2**63]])
+    base = 3 * (seed % 3)  # a directory may start anywhere in its array
+    d, want = np.full(base + 2 * slots, -1, np.int64), {}
     for _ in range(3000):
-        k = int(rng.choice(pool))
-        if k in d and rng.random() < 0.5:
-            remove(tab, k)
-            del d[k]
-        elif k not in d and len(d) < slots - 1:
-            v = int(rng.integers(1, 10**6))
-            insert(tab, k, v)
-            d[k] = v
-        probe = [int(x) for x in rng.choice(pool, 12)]
-        assert lookup(tab, probe) == [d.get(x, -1) for x in probe]
-        assert int((tab[:, 1] >= 0).sum()) == len(d)
-    big = np.full((4 * slots, 2), -1, np.int64)
-    bp._rehash(tab, big)
-    assert lookup(big, list(pool)) == [d.get(int(x), -1) for x in pool]
+        k = int(rng.choice(KEYS))
+        e, found = bp._probe(d, base, slots - 1, np.int64(k))
+        assert found == (k in want)
+        if found and rng.random() < 0.5:
+            bp._unprobe(d, base, slots - 1, e)
+            del want[k]
+        elif not found and len(want) < slots - 1:
+            d[e], d[e + 1] = k, int(rng.integers(1, 10**6))
+            want[k] = int(d[e + 1])
+        for x in rng.choice(KEYS, 12):
+            e, found = bp._probe(d, base, slots - 1, np.int64(x))
+            assert (int(d[e + 1]) if found else -1) == want.get(int(x), -1)
+        assert int((d[base + 1::2] >= 0).sum()) == len(want)
+
+
+@pytest.mark.parametrize("span,step", [(1, 1), (8, 1), (4096, 16), (500, 16), (1000, 3)])
+@pytest.mark.parametrize("seed", range(3))
+def test_paged_key_table_equals_a_dict(span, step, seed):
+    """Keys t * span + offset (one t's offsets congruent modulo step, as a trace's prompt keys are) and output
+    keys: set, looked up, unset; a page holding no key leaves the directory and is reused; a table grown by
+    `_regrow` holds the same."""
+    rng = np.random.default_rng(seed)
+    families = rng.integers(0, 1 << 40, 6)
+    prompt = [int(t) * span + o for i, t in enumerate(families) for o in range(i % step, span, step)][:4000]
+    keys = np.asarray(prompt + [bp.output_key(r, i) for r in (0, 5, 2**20) for i in range(0, 700, 7)], np.int64)
+    tab, want = bp.new_key_table(8 if seed == 0 else len(keys), span, step), {}  # 8 pages: long probe runs, wrapping
+    peak = 0
+    for _ in range(6000):
+        k = np.int64(rng.choice(keys))
+        f, s = bp._family(tab, k)
+        if int(k) in want and rng.random() < 0.5:
+            at = bp._page(tab, f, False)
+            tab[at + s] = -1
+            tab[at + tab[bp.T_P]] -= 1
+            if tab[at + tab[bp.T_P]] == 0:
+                bp._page_free(tab, f, at)
+            del want[int(k)]
+        elif int(k) not in want and tab[bp.T_LIVE] + 1 < min(tab[bp.T_PAGES], tab[bp.T_DSLOTS] // 2):
+            at = bp._page(tab, f, True)
+            assert tab[at + s] == -1
+            tab[at + s] = v = int(rng.integers(1, 10**6))
+            tab[at + tab[bp.T_P]] += 1
+            want[int(k)] = v
+            peak = max(peak, int(tab[bp.T_LIVE]))
+        for x in rng.choice(keys, 8):
+            assert bp._first(tab, np.int64(x)) == want.get(int(x), -1)
+    assert tab[bp.T_LIVE] == len({bp._family(tab, np.int64(k))[0] for k in want})
+    assert tab[bp.T_FRESHPG] == peak, "a page was taken new while a freed one waited"
+    big = bp.new_key_table(4 * int(tab[bp.T_PAGES]), span, step)
+    bp._regrow(tab, big)
+    assert all(bp._first(big, np.int64(k)) == want.get(int(k), -1) for k in keys)
+
+
+def test_paged_key_table_refuses_nonpositive_span_or_step():
+    for span, step in ((0, 1), (16, 0), (-4, 16)):
+        with pytest.raises(ParameterError, match="span and step"):
+            bp.new_key_table(8, span, step)

@@ -206,15 +206,19 @@ class PlainPool:
         self.q[:0] = front
 
 
+@pytest.mark.parametrize("span", [1, 8, 1000], ids=["key-per-page", "pages-of-8", "pages-of-256"])
 @pytest.mark.parametrize("seed", range(6))
-def test_block_pool_bulk_operations_equal_one_block_at_a_time(seed, monkeypatch):
+def test_block_pool_bulk_operations_equal_one_block_at_a_time(seed, span, monkeypatch):
     """Requests with shared and repeated prefixes (some keys computed twice, so a key holds several blocks) take,
-    hit, hash and free blocks in random order: BlockPool hands out and caches what the plain pool does."""
-    from kvlab.serving.blockpool import BlockPool
+    hit, hash and free blocks in random order: BlockPool hands out and caches what the plain pool does, whatever
+    pages its key table files keys on (`span` consecutive keys a family: each its own, 8 to a page, or a family of
+    four pages of 256)."""
+    from kvlab.serving import blockpool as bp
+    from kvlab.serving.blockpool import T_LIVE, T_PAGES, BlockPool
     rng = np.random.default_rng(seed)
-    if seed % 2:  # a key table of 4 slots: it grows, and removals shift long probe runs back
-        monkeypatch.setattr(BlockPool, "TABLE_SLOTS", 4)
-    fast, plain = BlockPool(120), PlainPool(120)
+    if seed % 2:  # a key table with room for 2 pages: it grows, and pages emptied leave its directory
+        monkeypatch.setattr(BlockPool, "TABLE_PAGES", 2)
+    fast, plain = BlockPool(120, key_span=span), PlainPool(120)
     fast.evicted = []  # as host tiers set it
     held = []  # (blocks, keys) of live requests
     seen_more = seen_shared = False
@@ -257,7 +261,8 @@ def test_block_pool_bulk_operations_equal_one_block_at_a_time(seed, monkeypatch)
         seen_more |= any(len(bs) > 1 for bs in fast.cached.values())
         seen_shared |= max(fast.ref.values(), default=0) > 1
     assert seen_more and seen_shared and plain.evicted
-    assert not seed % 2 or len(fast.tab) > 4 * 8, "the key table never grew"
+    assert not seed % 2 or fast.tab[T_PAGES] > 2 * 8, "the key table never grew"
+    assert fast.tab[T_LIVE] == len({bp._family(fast.tab, np.int64(k))[0] for k in fast.cached}), "pages left behind"
 
 
 @pytest.mark.parametrize("n", [8, 9, 33])

@@ -20,10 +20,11 @@ each operation over a request's blocks is one compiled (numba) loop, as vLLM's o
          from 0, a place is the position's low bits; -1 where a block left from the middle, a hit taking it: the
          ring closes such gaps when it fills). Taking from the queue's hashed end reads the ring in order, so the
          rows it visits are known ahead (a linked list's walk waits on each row in turn)
-  tab    [S, 2] the key table: key and the first block cached under it (-1: an empty slot); open addressing with
-         linear probing, removal by backward shift (no tombstones), at most half full (it doubles before)
-  meta   [7] free blocks, keys in the table, the next never-used block, the stack's height, the ring's head and
-         tail positions and its mask (R - 1)
+  tab    the key table (int64, `new_key_table`): the first block cached under each key, filed on pages of a
+         trace block's keys that a directory (open addressing, linear probing, removal by backward shift, at most
+         half full) finds once per trace block, so a walk over a request's keys reads its pages in order
+  meta   [7] free blocks, keys cached, the next never-used block, the stack's height, the ring's head and tail
+         positions and its mask (R - 1)
 A decode stretch's takes and hashes (kvlab.serving.scheduler.VllmScheduler.skip_decodes) are one compiled loop too
 (`_decode_run`).
 Never-used blocks are in neither: they are a range between the queue's unhashed head and its hashed tail, so a pool
@@ -77,7 +78,7 @@ def output_key(rid, i):
 _output_key = _leaf(output_key)  # the same function, for the kernels
 
 
-# -- the key table ------------------------------------------------------------------------------------------------
+# -- directories: hash tables of int64 keys (the pool's pages, the host tiers' trace blocks) ------------------------
 @_inline
 def _home(k, mask):
     """Slot where key k's probe starts: k's high half folded into the low one, then xorshift-mixed (int64
@@ -90,53 +91,184 @@ def _home(k, mask):
 
 
 @_inline
-def _slot(tab, k):
-    """(slot, found): where key k sits, or the empty slot where it would go."""
-    mask = tab.shape[0] - 1
+def _probe(d, base, mask, k):
+    """(index in d of key k's entry, or of the empty one where it would go; found). A directory is mask + 1 slots
+    of two int64 from d[base] on, key and value (-1: an empty slot): open addressing, linear probing, at most half
+    full (its owner sizes it)."""
     i = _home(k, mask)
     while True:
-        if tab[i, 1] < 0:
-            return i, False
-        if tab[i, 0] == k:
-            return i, True
+        e = base + 2 * i
+        if d[e + 1] < 0:
+            return e, False
+        if d[e] == k:
+            return e, True
         i = (i + 1) & mask
 
 
 @_inline
-def _remove_slot(tab, i):
-    """Empty slot i, moving later entries of its probe run back so that every key stays reachable."""
-    mask = tab.shape[0] - 1
+def _unprobe(d, base, mask, e):
+    """Empty the directory entry at e, moving later entries of its probe run back (no tombstones) so that every key
+    stays reachable."""
+    i = (e - base) >> 1
     j = i
     while True:
         j = (j + 1) & mask
-        if tab[j, 1] < 0:
+        ej = base + 2 * j
+        if d[ej + 1] < 0:
             break
-        h = _home(tab[j, 0], mask)
+        h = _home(d[ej], mask)
         # the entry at j may move to i unless its home lies cyclically in (i, j]
         if (i < j and i < h <= j) or (i > j and (h > i or h <= j)):
             continue
-        tab[i, 0] = tab[j, 0]
-        tab[i, 1] = tab[j, 1]
+        d[base + 2 * i] = d[ej]
+        d[base + 2 * i + 1] = d[ej + 1]
         i = j
-    tab[i, 1] = -1
+    d[base + 2 * i + 1] = -1
+
+
+# -- the pool's key table: pages of a key family ------------------------------------------------------------------
+# A request hits, hashes and frees its keys in order, and prompt keys come in families: kvlab.serving.replica's
+# prompt_keys are t * span + offset, the offsets of one trace block t stepping by the block size. So the pool files
+# key k on a page: its family (k // span, a page per `P` of its steps) is found once in a directory (a hash table
+# `_probe`, over family numbers) and its step ((k % span) // step) names the page's entry directly. A walk over a
+# request's keys probes the directory once per trace block and reads its pages in order (a hash table of keys
+# reads a random slot per key, which misses the cache each time). Output keys (negative, ~(request << 32 | index))
+# are families of P indexes of one request. span = step = 1 (the default) makes every key a family of its own: any
+# int64 keys work, as a plain hash table would. One int64 array holds it all:
+#   tab[:T_HEAD]  the header (T_* below): directory slots, entries per page and their shift, pages, the span and
+#                 step (and their shifts, -1 where not a power of two), pages per span, the free pages' list head,
+#                 the next never-used page, the last family looked up and its page (a walk's memo), live pages
+#   then the directory: 2 entries per slot (family, page; page -1: an empty slot), at most half full
+#   then the pages: P + 1 entries each, the first block cached under each of its keys (-1: none) and, last, how
+#   many of them are set (a free page: the next free page, -1: none). Pages are np.empty: untouched until used.
+(T_DSLOTS, T_P, T_PSH, T_PAGES, T_SPAN, T_SPSH, T_STEP, T_STSH, T_SUB, T_FREEPG, T_FRESHPG, T_MEMO, T_MEMOPG,
+ T_LIVE) = range(14)
+T_HEAD = 16  # header entries
+PAGE_MAX = 256  # most keys on a page
+
+
+def _shift(x: int) -> int:
+    """log2(x) when x is a power of two, else -1."""
+    return x.bit_length() - 1 if x > 0 and x & (x - 1) == 0 else -1
+
+
+def new_key_table(pages: int, span: int = 1, step: int = 1, slots: int | None = None, page_max: int = PAGE_MAX):
+    """An empty key table with room for `pages` pages of keys t * span + offset (offsets of one t stepping by
+    `step`), P = the power of two holding a span's steps, at most `page_max`; `slots` directory slots (a power of
+    two, at least twice the pages: by default the least such)."""
+    if span < 1 or step < 1:
+        raise ParameterError(f"a key table's span and step must be positive, not {span} and {step}")
+    steps = -(-span // step)  # a span's steps
+    p = 1
+    while p < min(steps, page_max):
+        p *= 2
+    slots = slots or 1 << max(int(2 * pages - 1).bit_length(), 4)
+    tab = np.empty(T_HEAD + 2 * slots + pages * (p + 1), np.int64)
+    tab[:T_HEAD] = 0
+    tab[T_DSLOTS], tab[T_P], tab[T_PSH], tab[T_PAGES] = slots, p, _shift(p), pages
+    tab[T_SPAN], tab[T_SPSH], tab[T_STEP], tab[T_STSH] = span, _shift(span), step, _shift(step)
+    tab[T_SUB] = -(-steps // p)
+    tab[T_FREEPG] = tab[T_MEMOPG] = -1
+    tab[T_HEAD + 1:T_HEAD + 2 * slots:2] = -1  # every directory slot empty
+    return tab
+
+
+@_inline
+def _family(tab, k):
+    """(family, entry on its page) of key k (divisions become shifts where span, step are powers of two: a
+    division is some tens of cycles, and every key hit, hashed or evicted is split)."""
+    psh = tab[T_PSH]
+    if k >= 0:
+        sp = tab[T_SPSH]
+        if sp >= 0:
+            t = k >> sp
+            o = k & ((np.int64(1) << sp) - 1)
+        else:
+            t = k // tab[T_SPAN]
+            o = k - t * tab[T_SPAN]
+        st = tab[T_STSH]
+        g = o >> st if st >= 0 else o // tab[T_STEP]
+        return t * tab[T_SUB] + (g >> psh), g & (tab[T_P] - 1)
+    j = ~k  # an output key: request << 32 | index
+    lo = j & 0xFFFFFFFF
+    return ~((j - lo) | (lo >> psh)), lo & (tab[T_P] - 1)
+
+
+@_inline
+def _page_at(tab, pg):
+    """Index in tab of page pg's first entry."""
+    return T_HEAD + 2 * tab[T_DSLOTS] + pg * (tab[T_P] + 1)
+
+
+@_inline
+def _dir_slot(tab, f):
+    """(index in tab of family f's directory entry, or of the empty one where it would go; found)."""
+    return _probe(tab, T_HEAD, tab[T_DSLOTS] - 1, f)
+
+
+@_inline
+def _page(tab, f, make):
+    """Family f's page: its first entry's index in tab, or -1 if it has none (one is made, every key unset, when
+    `make`). The last family found is remembered: a walk stays on one page for a span's keys."""
+    if tab[T_MEMOPG] >= 0 and tab[T_MEMO] == f:
+        return _page_at(tab, tab[T_MEMOPG])
+    e, found = _dir_slot(tab, f)
+    if found:
+        pg = tab[e + 1]
+    else:
+        if not make:
+            return -1
+        pg = tab[T_FREEPG]
+        if pg >= 0:
+            tab[T_FREEPG] = tab[_page_at(tab, pg) + tab[T_P]]
+        else:
+            pg = tab[T_FRESHPG]
+            tab[T_FRESHPG] += 1
+        at = _page_at(tab, pg)
+        for s in range(tab[T_P]):
+            tab[at + s] = -1
+        tab[at + tab[T_P]] = 0
+        tab[e] = f
+        tab[e + 1] = pg
+        tab[T_LIVE] += 1
+    tab[T_MEMO] = f
+    tab[T_MEMOPG] = pg
+    return _page_at(tab, pg)
+
+
+@_inline
+def _page_free(tab, f, at):
+    """Family f's page (at: its first entry) holds no key any more: it leaves the directory (a backward shift, as
+    `_remove_slot`) and joins the free pages."""
+    e, _ = _dir_slot(tab, f)
+    pg = tab[e + 1]
+    _unprobe(tab, T_HEAD, tab[T_DSLOTS] - 1, e)
+    tab[at + tab[T_P]] = tab[T_FREEPG]
+    tab[T_FREEPG] = pg
+    tab[T_LIVE] -= 1
+    if tab[T_MEMOPG] == pg:
+        tab[T_MEMOPG] = -1
+
+
+@_inline
+def _first(tab, k):
+    """The first block cached under key k, -1 if none."""
+    f, s = _family(tab, k)
+    at = _page(tab, f, False)
+    return tab[at + s] if at >= 0 else -1
 
 
 @_leaf
-def _rehash(old, new):
-    """Put every entry of table `old` in the empty table `new`."""
-    for i in range(old.shape[0]):
-        if old[i, 1] >= 0:
-            s, _ = _slot(new, old[i, 0])
-            new[s, 0] = old[i, 0]
-            new[s, 1] = old[i, 1]
-
-
-@_leaf
-def _lookup(tab, keys, out):
-    """out[i] = first block cached under keys[i], -1 where none."""
-    for i in range(keys.shape[0]):
-        s, found = _slot(tab, keys[i])
-        out[i] = tab[s, 1] if found else -1
+def _regrow(old, new):
+    """Put every page of table `old` in the empty table `new` (same span and step; room for them)."""
+    p = old[T_P]
+    for i in range(old[T_DSLOTS]):
+        e = T_HEAD + 2 * i
+        if old[e + 1] >= 0:
+            src = _page_at(old, old[e + 1])
+            dst = _page(new, old[e], True)
+            for s in range(p + 1):
+                new[dst + s] = old[src + s]
 
 
 # -- block rows ---------------------------------------------------------------------------------------------------
@@ -190,17 +322,19 @@ def _pop_front(blk, fq, meta):
 @_inline
 def _drop(blk, tab, meta, b):
     """Block b (hashed, taken anew) leaves its key's cached blocks; True when it was the key's last (evicted)."""
-    k = _key(blk, b)
-    s, _ = _slot(tab, k)
-    first = tab[s, 1]
+    f, s = _family(tab, _key(blk, b))
+    at = _page(tab, f, False)
+    first = tab[at + s]
     nxt = blk[b, SAME]
     blk[b, HASHED] = 0
     if first == b:
+        tab[at + s] = nxt
         if nxt < 0:
-            _remove_slot(tab, s)
             meta[USED] -= 1
+            tab[at + tab[T_P]] -= 1
+            if tab[at + tab[T_P]] == 0:
+                _page_free(tab, f, at)
             return True
-        tab[s, 1] = nxt
         return False
     p = first
     while blk[p, SAME] != b:
@@ -224,16 +358,11 @@ def _take(blk, fq, tab, meta, out, evicted):
             meta[FRESH] += 1
         else:  # the tail's least recently freed
             b = _pop_front(blk, fq, meta)
-            p = meta[QHEAD] + AHEAD  # rows a few places on, then the key slot of one half as far
+            p = meta[QHEAD] + AHEAD  # the row a few places on
             if p < meta[QTAIL]:
                 c = fq[n_blocks + (p & meta[QMASK])]
                 if c >= 0:
                     prefetch(blk, c)
-            p -= AHEAD // 2
-            if p < meta[QTAIL]:
-                c = fq[n_blocks + (p & meta[QMASK])]
-                if c >= 0:
-                    prefetch(tab, _home(_key(blk, c), tab.shape[0] - 1))
             if _drop(blk, tab, meta, b):
                 evicted[nev] = _key(blk, b)
                 nev += 1
@@ -272,14 +401,11 @@ def _idle(blk, blocks):
 @_leaf
 def _hit(tab, keys, out):
     """Blocks cached for the longest run of leading keys, in out[:m]; returns m."""
-    n, mask = keys.shape[0], tab.shape[0] - 1
-    for i in range(n):
-        if i + AHEAD < n:
-            prefetch(tab, _home(keys[i + AHEAD], mask))
-        s, found = _slot(tab, keys[i])
-        if not found:
+    for i in range(keys.shape[0]):
+        b = _first(tab, keys[i])
+        if b < 0:
             return i
-        out[i] = tab[s, 1]
+        out[i] = b
     return keys.shape[0]
 
 
@@ -294,10 +420,9 @@ def _hit_held(tab, blk, keys, out, need):
     for i in range(n):
         if held + n - i < need:
             return i, held, True
-        s, found = _slot(tab, keys[i])
-        if not found:
+        b = _first(tab, keys[i])
+        if b < 0:
             return i, held, False
-        b = tab[s, 1]
         out[i] = b
         held += blk[b, REF] > 0
     return n, held, False
@@ -313,15 +438,16 @@ def _cache_one(blk, tab, meta, b, k):
     blk[b, KEY_LO] = ((k & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000  # the low half as a signed int32
     blk[b, KEY_HI] = k >> 32
     blk[b, SAME] = -1
-    s, found = _slot(tab, k)
-    if found:
-        p = tab[s, 1]
+    f, s = _family(tab, k)
+    at = _page(tab, f, True)
+    p = tab[at + s]
+    if p >= 0:
         while blk[p, SAME] >= 0:
             p = blk[p, SAME]
         blk[p, SAME] = b
     else:
-        tab[s, 0] = k
-        tab[s, 1] = b
+        tab[at + s] = b
+        tab[at + tab[T_P]] += 1
         meta[USED] += 1
     return True
 
@@ -329,11 +455,10 @@ def _cache_one(blk, tab, meta, b, k):
 @_leaf
 def _cache(blk, tab, meta, blocks, keys):
     """Hash blocks[i] under keys[i], in order (a key's first block is what a hit takes)."""
-    n, mask = min(blocks.shape[0], keys.shape[0]), tab.shape[0] - 1
+    n = min(blocks.shape[0], keys.shape[0])
     for i in range(n):
         if i + AHEAD < n:
             prefetch(blk, blocks[i + AHEAD])
-            prefetch(tab, _home(keys[i + AHEAD], mask))
         _cache_one(blk, tab, meta, blocks[i], keys[i])
 
 
@@ -479,11 +604,13 @@ def _free(blk, fq, meta, blocks):
 
 class BlockPool:
     """Blocks of one replica's KV pool. Blocks and keys go in as sequences of ints or int64 arrays (keys fit in 64
-    bits: kvlab.serving.replica.prompt_keys, `output_key`); `take` hands out a list."""
+    bits: kvlab.serving.replica.prompt_keys, `output_key`); `take` hands out a list. `key_span`, `key_step`: the
+    keys' families for the key table (`new_key_table`: prompt keys of a trace whose blocks hold key_span tokens, KV
+    blocks of key_step tokens); the default, 1 and 1, takes any keys."""
 
-    TABLE_SLOTS = 1024  # the key table's first size (a power of two; it doubles while keys would fill half)
+    TABLE_PAGES = 512  # the key table's first room in pages (it doubles when a hash could find none free)
 
-    def __init__(self, num_blocks: int, caching: bool = True):
+    def __init__(self, num_blocks: int, caching: bool = True, key_span: int = 1, key_step: int = 1):
         if num_blocks > MAX_BLOCKS:
             raise ParameterError(f"a KV pool of {num_blocks:,} blocks: the block pool numbers its blocks and their "
                                  f"places in the free queue's ring in 32 bits (at most {MAX_BLOCKS:,} blocks); use "
@@ -495,7 +622,7 @@ class BlockPool:
         self.blk = raw[at:at + num_blocks * COLS].reshape(num_blocks, COLS)  # [N, COLS] per-block state
         ring = 1 << int(2 * num_blocks - 1).bit_length()  # R >= 2N places
         self.fq = np.empty(num_blocks + ring, np.int32)  # [N + R] the free queue: unhashed stack, hashed ring
-        self.tab = np.full((self.TABLE_SLOTS, 2), -1, np.int64)  # [S, 2] key, first block (-1: empty slot)
+        self.tab = new_key_table(self.TABLE_PAGES, key_span, key_step)  # the key table (`new_key_table`)
         # free blocks, keys, next never-used (0: null), stack height, ring head, ring tail, ring mask
         self.meta = np.array([num_blocks - 1, 0, 1, 0, 0, 0, ring - 1], np.int64)
         self._ev = np.empty(64, np.int64)  # keys evicted by the last take
@@ -519,8 +646,14 @@ class BlockPool:
     @property
     def first(self) -> dict:
         """key -> the first block cached under it."""
-        used = self.tab[:, 1] >= 0
-        return dict(zip(self.tab[used, 0].tolist(), self.tab[used, 1].tolist()))
+        t, out = self.tab, {}
+        for i in range(int(t[T_DSLOTS])):
+            if t[T_HEAD + 2 * i + 1] >= 0:
+                at = int(_page_at(t, t[T_HEAD + 2 * i + 1]))
+                for b in t[at:at + int(t[T_P])].tolist():
+                    if b >= 0:
+                        out[int(_key(self.blk, b))] = b
+        return out
 
     @property
     def cached(self) -> dict:
@@ -543,7 +676,7 @@ class BlockPool:
     # -- one key ----------------------------------------------------------------------------------------------------
     def has_key(self, k: int) -> bool:
         """Whether some block is cached under key k."""
-        return bool(_slot(self.tab, np.int64(k))[1])
+        return bool(_first(self.tab, np.int64(k)) >= 0)
 
     def free_count(self) -> int:
         return int(self.meta[FREE])
@@ -597,13 +730,13 @@ class BlockPool:
         _cache(self.blk, self.tab, self.meta, np.asarray(blocks, np.int64), ks)
 
     def _room_for(self, n: int) -> None:
-        """Grow the key table so that n more keys keep it at most half full."""
-        if 2 * (int(self.meta[USED]) + n) > len(self.tab):
-            size = len(self.tab)
-            while 2 * (int(self.meta[USED]) + n) > size:
-                size *= 2
-            tab = np.full((size, 2), -1, np.int64)
-            _rehash(self.tab, tab)
+        """Grow the key table so that n more keys find pages (each may start one) and its directory stays at most
+        half full."""
+        t = self.tab
+        live, fresh, pages = int(t[T_LIVE]), int(t[T_FRESHPG]), int(t[T_PAGES])
+        if fresh + n > pages or 2 * (live + n) > int(t[T_DSLOTS]):
+            tab = new_key_table(max(2 * pages, live + n), int(t[T_SPAN]), int(t[T_STEP]), page_max=int(t[T_P]))
+            _regrow(t, tab)
             self.tab = tab
 
     # -- a decode stretch -------------------------------------------------------------------------------------------

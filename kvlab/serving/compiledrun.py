@@ -40,12 +40,12 @@ from ..checks import cdiv
 from ..sim.kernels import ENABLED
 from .prefetch import load_acquire, store_release
 from .blockpool import (EVICTED, FREE, _cache, _decode_steps, _free, _hit, _hit_held, _idle, _inline, _leaf,
-                        _output_key, _remove_slot, _slot, _take, _touch, BlockPool)
+                        _output_key, _probe, _take, _unprobe, _touch, BlockPool, PAGE_MAX, new_key_table)
 
 # numba's on-disk cache checks only a kernel's own source file, yet a compiled caller embeds the kernels it calls:
 # EMBEDS names the other sources whose kernels this module's embed, with their sha256 (first 16 hex digits), so that
 # changing one of them means changing this file too, which recompiles it (tests/test_compiled_run.py checks)
-EMBEDS = {"blockpool.py": "2db5d2fb6a3cdf91", "prefetch.py": "afd2a4c92fe0911c"}
+EMBEDS = {"blockpool.py": "365752a6c1e13b95", "prefetch.py": "afd2a4c92fe0911c"}
 
 if ENABLED:
     from numba import njit
@@ -101,6 +101,7 @@ AFFINE, ROOFLINE, ROOFLINE_V4 = range(3)
 # roofline: overhead ms, 2 x active params, TP, memory B/s, compute FLOP/s
 FAST_FORWARD_STEPS = 4096  # as kvlab.serving.eventloop's
 FAST_FORWARD_CHUNK = 16  # steps of a stretch priced first (then twice as many, ...)
+KEY_PAGES_BYTES = 1 << 28  # the most room (virtual) for the key table's pages (`key_table`)
 STRETCH_ROOM = 4  # blocks a decode stretch's buffers hold per running request beyond what its steps can take
 
 
@@ -386,10 +387,10 @@ def _h_find(htab, hmeta, key, memo):
     if hmeta[memo] == tid:
         pg = hmeta[memo + 1]
     else:
-        s, found = _slot(htab, tid)
+        e, found = _probe(htab, 0, (htab.shape[0] >> 1) - 1, tid)
         if not found:
             return -1
-        pg = htab[s, 1]
+        pg = htab[e + 1]
         hmeta[memo] = tid
         hmeta[memo + 1] = pg
     return _h_at(hmeta, pg, tid, key)
@@ -402,15 +403,15 @@ def _h_entry(htab, hpage, hring, hmeta, key):
     if e >= 0:
         return e
     tid = _h_tid(hmeta, key)
-    s, _ = _slot(htab, tid)
+    s, _ = _probe(htab, 0, (htab.shape[0] >> 1) - 1, tid)
     nf = hmeta[H_NFREE] - 1
     hmeta[H_NFREE] = nf
     pg = hring[hmeta[H_FREE] + nf]
     w = hmeta[H_WSH]
     for j in range(pg << w, (pg + 1) << w):
         hpage[j] = -1
-    htab[s, 0] = tid
-    htab[s, 1] = pg
+    htab[s] = tid
+    htab[s + 1] = pg
     hring[hmeta[H_OWN] + pg] = tid
     hmeta[H_MID] = tid
     hmeta[H_MPG] = pg
@@ -426,8 +427,8 @@ def _h_clear(htab, hpage, hring, hmeta, e):
     hring[hmeta[H_PCNT] + pg] = c
     if c == 0:
         tid = hring[hmeta[H_OWN] + pg]
-        s, _ = _slot(htab, tid)
-        _remove_slot(htab, s)
+        s, _ = _probe(htab, 0, (htab.shape[0] >> 1) - 1, tid)
+        _unprobe(htab, 0, (htab.shape[0] >> 1) - 1, s)
         hring[hmeta[H_FREE] + hmeta[H_NFREE]] = pg
         hmeta[H_NFREE] += 1
         if hmeta[H_MID] == tid:
@@ -1239,8 +1240,8 @@ def unsupported(cfg, model, trace, knobs, *, host, logging: bool) -> str | None:
 
 
 def _pages_fit(trace, knobs) -> bool:
-    """Whether each trace block's prompt keys fall on distinct entries of its host-tier page (offset // block
-    size): always when the block size divides the trace's block tokens, else when every trace block sits at one
+    """Whether each trace block's prompt keys fall on distinct entries of its host-tier or key-table page (offset
+    // block size): always when the block size divides the trace's block tokens, else when every trace block sits at one
     place in the requests naming it (as kvlab's traces do: a trace block names everything before it too)."""
     tb, bs = trace.block_tokens, knobs.block_size
     if tb % bs == 0 or trace.block_ids is None or not len(trace.block_ids):
@@ -1304,13 +1305,18 @@ def stretch_buffers(knobs, host: bool):
 
 
 def key_table(trace, knobs) -> np.ndarray:
-    """The pool's key table for a whole run, sized once: a key stays in it while a block is cached under it, so it
-    never holds more keys than the pool has blocks, nor more than the trace has blocks to hash; over twice that
-    many slots keep it at most half full (blockpool's rule) with no growing in the loop."""
+    """The pool's key table for a whole run (blockpool.new_key_table: pages of a trace block's keys), sized once: a
+    page lives while a block is cached under one of its keys, so there are never more pages than the pool has
+    blocks, nor than the trace has blocks to hash; the directory is at most half full and nothing grows in the
+    loop. Pages hold up to a trace block's keys, fewer where the pages' room would pass KEY_PAGES_BYTES (it is
+    allocated lazily: what the run touches is its live pages). A trace block's keys step by the block size when
+    it sits at one place in every request naming it (`_pages_fit`), else by one token."""
     bs = knobs.block_size
     blocks = int(np.sum((request_tokens(trace, knobs) + bs - 1) // bs))
-    keys = min(knobs.num_blocks, blocks) + 1
-    return np.full((1 << max(int(2 * keys).bit_length(), 4), 2), -1, np.int64)
+    pages = min(knobs.num_blocks, blocks) + 1
+    p = max(min(PAGE_MAX, KEY_PAGES_BYTES // (8 * pages) - 1), 1)
+    return new_key_table(pages, max(int(trace.block_tokens or 1), 1), bs if _pages_fit(trace, knobs) else 1,
+                         page_max=p)
 
 
 def host_state(hcap, block_tokens: int, block_size: int, trace_blocks: int):
@@ -1325,7 +1331,7 @@ def host_state(hcap, block_tokens: int, block_size: int, trace_blocks: int):
     pages = int(min(hcap[1] + hcap[2], max(trace_blocks, 0))) + 1
     width = max(-(-block_tokens // block_size) - 1, 0).bit_length()  # log2 of a page's entries
     slots = 1 << max(int(2 * (pages + 2)).bit_length(), 4)  # the directory, at most half full
-    htab = np.full((slots, 2), -1, np.int64)
+    htab = np.full(2 * slots, -1, np.int64)  # [2S] the directory (blockpool._probe): trace block, page
     hmeta = np.zeros(H_SIZE, np.int64)
     hmeta[H_BASE2] = size[0]
     hmeta[H_MASK1], hmeta[H_MASK2] = size[0] - 1, size[1] - 1
