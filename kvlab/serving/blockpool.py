@@ -646,14 +646,14 @@ class BlockPool:
     @property
     def first(self) -> dict:
         """key -> the first block cached under it."""
-        t, out = self.tab, {}
-        for i in range(int(t[T_DSLOTS])):
-            if t[T_HEAD + 2 * i + 1] >= 0:
-                at = int(_page_at(t, t[T_HEAD + 2 * i + 1]))
-                for b in t[at:at + int(t[T_P])].tolist():
-                    if b >= 0:
-                        out[int(_key(self.blk, b))] = b
-        return out
+        t = self.tab
+        slots, p = int(t[T_DSLOTS]), int(t[T_P])
+        pages = t[T_HEAD + 1:T_HEAD + 2 * slots:2]  # [S] each directory slot's page (-1: empty)
+        at = T_HEAD + 2 * slots
+        firsts = t[at:at + int(t[T_FRESHPG]) * (p + 1)].reshape(-1, p + 1)[pages[pages >= 0], :p]  # [live, P]
+        b = firsts[firsts >= 0]  # [K] every key's first block
+        keys = (self.blk[b, KEY_HI].astype(np.int64) << 32) | (self.blk[b, KEY_LO].astype(np.int64) & 0xFFFFFFFF)
+        return dict(zip(keys.tolist(), b.tolist()))
 
     @property
     def cached(self) -> dict:

@@ -45,7 +45,7 @@ from .blockpool import (EVICTED, FREE, _cache, _decode_steps, _free, _hit, _hit_
 # numba's on-disk cache checks only a kernel's own source file, yet a compiled caller embeds the kernels it calls:
 # EMBEDS names the other sources whose kernels this module's embed, with their sha256 (first 16 hex digits), so that
 # changing one of them means changing this file too, which recompiles it (tests/test_compiled_run.py checks)
-EMBEDS = {"blockpool.py": "365752a6c1e13b95", "prefetch.py": "afd2a4c92fe0911c"}
+EMBEDS = {"blockpool.py": "81f4da5cbf6e20a7", "prefetch.py": "afd2a4c92fe0911c"}
 
 if ENABLED:
     from numba import njit
