@@ -16,9 +16,10 @@ The compiled code is loaded (a fresh clone compiles it once, about half a minute
 Goal (issue 36): one million requests in < 60 s on 2 cores. KVLAB_BENCH_SERVESIM_REQUESTS sets the size (default
 1,000,000; docs/scheduler.md has the figures). Each run reports wall and CPU seconds (on a shared machine the CPU
 seconds are the comparable figure, except with the tier stack on from 50,000 requests, where a helper thread applies
-the host tiers on the second core and spins while idle: its CPU seconds count both cores, and wall is the figure) and requests per second; the one-million-request time is the measured one when
-the bench ran a million, else the figure at this size scaled to a million and marked so (requests per CPU second
-do not stay flat as the stream grows: the replica is busier later in the trace).
+the host tiers on the second core and spins while idle: its CPU seconds count both cores, and wall is the figure)
+and requests per second; the one-million-request time is the measured one when the bench ran a million, else the
+figure at this size scaled to a million and marked so (requests per CPU second do not stay flat as the stream
+grows: the replica is busier later in the trace).
 """
 from __future__ import annotations
 

@@ -23,8 +23,8 @@ each operation over a request's blocks is one compiled (numba) loop, as vLLM's o
   tab    the key table (int64, `new_key_table`): the first block cached under each key, filed on pages of a
          trace block's keys that a directory (open addressing, linear probing, removal by backward shift, at most
          half full) finds once per trace block, so a walk over a request's keys reads its pages in order
-  meta   [7] free blocks, keys cached, the next never-used block, the stack's height, the ring's head and tail
-         positions and its mask (R - 1)
+  meta   [6] free blocks, the next never-used block, the stack's height, the ring's head and tail positions and
+         its mask (R - 1)
 A decode stretch's takes and hashes (kvlab.serving.scheduler.VllmScheduler.skip_decodes) are one compiled loop too
 (`_decode_run`).
 Never-used blocks are in neither: they are a range between the queue's unhashed head and its hashed tail, so a pool
@@ -42,7 +42,7 @@ from .prefetch import prefetch
 # numba's on-disk cache checks only a kernel's own source file, yet a compiled caller embeds the kernels it calls:
 # EMBEDS names the other sources whose kernels this module's embed, with their sha256 (first 16 hex digits), so that
 # changing one of them means changing this file too, which recompiles it (tests/test_compiled_run.py checks)
-EMBEDS = {"prefetch.py": "afd2a4c92fe0911c"}
+EMBEDS = {"prefetch.py": "0a22742b3b5766d2"}
 
 NONE = np.zeros(0, np.int64)  # no blocks
 AHEAD = 8  # how many blocks or keys ahead a loop asks for the rows and slots it will visit (`prefetch`)
@@ -64,7 +64,7 @@ else:  # pragma: no cover - without numba the kernels below run as plain Python
 REF, HASHED, KEY_LO, KEY_HI, QPOS, SAME = range(6)  # columns of blk (int32; the key's two halves)
 COLS = 8  # a row is 32 bytes: two to a cache line
 MAX_BLOCKS = 1 << 30  # the most blocks of a pool: its ring's places (R < 4N) fit an int32
-FREE, USED, FRESH, NSTK, QHEAD, QTAIL, QMASK = range(7)  # entries of meta
+FREE, FRESH, NSTK, QHEAD, QTAIL, QMASK = range(6)  # entries of meta
 EVICTED, HASHED_KEY = 0, 1  # kinds of a decode run's log entries (what host tiers are told, in order)
 
 
@@ -147,26 +147,26 @@ T_HEAD = 16  # header entries
 PAGE_MAX = 256  # most keys on a page
 
 
-def _shift(x: int) -> int:
+def shift_of(x: int) -> int:
     """log2(x) when x is a power of two, else -1."""
     return x.bit_length() - 1 if x > 0 and x & (x - 1) == 0 else -1
 
 
-def new_key_table(pages: int, span: int = 1, step: int = 1, slots: int | None = None, page_max: int = PAGE_MAX):
+def new_key_table(pages: int, span: int = 1, step: int = 1, page_max: int = PAGE_MAX):
     """An empty key table with room for `pages` pages of keys t * span + offset (offsets of one t stepping by
-    `step`), P = the power of two holding a span's steps, at most `page_max`; `slots` directory slots (a power of
-    two, at least twice the pages: by default the least such)."""
+    `step`), P = the power of two holding a span's steps, at most `page_max`; its directory the least power of two
+    of slots at least twice the pages."""
     if span < 1 or step < 1:
         raise ParameterError(f"a key table's span and step must be positive, not {span} and {step}")
     steps = -(-span // step)  # a span's steps
     p = 1
     while p < min(steps, page_max):
         p *= 2
-    slots = slots or 1 << max(int(2 * pages - 1).bit_length(), 4)
+    slots = 1 << max(int(2 * pages - 1).bit_length(), 4)
     tab = np.empty(T_HEAD + 2 * slots + pages * (p + 1), np.int64)
     tab[:T_HEAD] = 0
-    tab[T_DSLOTS], tab[T_P], tab[T_PSH], tab[T_PAGES] = slots, p, _shift(p), pages
-    tab[T_SPAN], tab[T_SPSH], tab[T_STEP], tab[T_STSH] = span, _shift(span), step, _shift(step)
+    tab[T_DSLOTS], tab[T_P], tab[T_PSH], tab[T_PAGES] = slots, p, shift_of(p), pages
+    tab[T_SPAN], tab[T_SPSH], tab[T_STEP], tab[T_STSH] = span, shift_of(span), step, shift_of(step)
     tab[T_SUB] = -(-steps // p)
     tab[T_FREEPG] = tab[T_MEMOPG] = -1
     tab[T_HEAD + 1:T_HEAD + 2 * slots:2] = -1  # every directory slot empty
@@ -238,8 +238,8 @@ def _page(tab, f, make):
 
 @_inline
 def _page_free(tab, f, at):
-    """Family f's page (at: its first entry) holds no key any more: it leaves the directory (a backward shift, as
-    `_remove_slot`) and joins the free pages."""
+    """Family f's page (at: its first entry) holds no key any more: it leaves the directory (`_unprobe`) and joins
+    the free pages."""
     e, _ = _dir_slot(tab, f)
     pg = tab[e + 1]
     _unprobe(tab, T_HEAD, tab[T_DSLOTS] - 1, e)
@@ -330,7 +330,6 @@ def _drop(blk, tab, meta, b):
     if first == b:
         tab[at + s] = nxt
         if nxt < 0:
-            meta[USED] -= 1
             tab[at + tab[T_P]] -= 1
             if tab[at + tab[T_P]] == 0:
                 _page_free(tab, f, at)
@@ -448,7 +447,6 @@ def _cache_one(blk, tab, meta, b, k):
     else:
         tab[at + s] = b
         tab[at + tab[T_P]] += 1
-        meta[USED] += 1
     return True
 
 
@@ -623,8 +621,8 @@ class BlockPool:
         ring = 1 << int(2 * num_blocks - 1).bit_length()  # R >= 2N places
         self.fq = np.empty(num_blocks + ring, np.int32)  # [N + R] the free queue: unhashed stack, hashed ring
         self.tab = new_key_table(self.TABLE_PAGES, key_span, key_step)  # the key table (`new_key_table`)
-        # free blocks, keys, next never-used (0: null), stack height, ring head, ring tail, ring mask
-        self.meta = np.array([num_blocks - 1, 0, 1, 0, 0, 0, ring - 1], np.int64)
+        # free blocks, next never-used (0: null), stack height, ring head, ring tail, ring mask
+        self.meta = np.array([num_blocks - 1, 1, 0, 0, 0, ring - 1], np.int64)
         self._ev = np.empty(64, np.int64)  # keys evicted by the last take
         self.evicted: list | None = None  # when a list: keys whose last cached block `take` reused, appended in order
         # (host tiers behind the pool read them: kvlab.serving.hosttiers)
@@ -641,7 +639,11 @@ class BlockPool:
     def key(self) -> dict:
         """block -> the key it carries, for hashed blocks."""
         b = np.flatnonzero(self.blk[:self.num_blocks, HASHED])
-        return {i: int(_key(self.blk, i)) for i in b.tolist()}
+        return dict(zip(b.tolist(), self._keys_of(b)))
+
+    def _keys_of(self, b: np.ndarray) -> list[int]:
+        """The keys blocks `b` carry (`_key`, over an array at once)."""
+        return getattr(_key, "py_func", _key)(self.blk, b).tolist()
 
     @property
     def first(self) -> dict:
@@ -652,8 +654,7 @@ class BlockPool:
         at = T_HEAD + 2 * slots
         firsts = t[at:at + int(t[T_FRESHPG]) * (p + 1)].reshape(-1, p + 1)[pages[pages >= 0], :p]  # [live, P]
         b = firsts[firsts >= 0]  # [K] every key's first block
-        keys = (self.blk[b, KEY_HI].astype(np.int64) << 32) | (self.blk[b, KEY_LO].astype(np.int64) & 0xFFFFFFFF)
-        return dict(zip(keys.tolist(), b.tolist()))
+        return dict(zip(self._keys_of(b), b.tolist()))
 
     @property
     def cached(self) -> dict:

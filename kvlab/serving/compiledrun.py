@@ -40,12 +40,13 @@ from ..checks import cdiv
 from ..sim.kernels import ENABLED
 from .prefetch import load_acquire, store_release
 from .blockpool import (EVICTED, FREE, _cache, _decode_steps, _free, _hit, _hit_held, _idle, _inline, _leaf,
-                        _output_key, _probe, _take, _unprobe, _touch, BlockPool, PAGE_MAX, new_key_table)
+                        _output_key, _probe, _take, _unprobe, _touch, BlockPool, PAGE_MAX, new_key_table,
+                        shift_of)
 
 # numba's on-disk cache checks only a kernel's own source file, yet a compiled caller embeds the kernels it calls:
 # EMBEDS names the other sources whose kernels this module's embed, with their sha256 (first 16 hex digits), so that
 # changing one of them means changing this file too, which recompiles it (tests/test_compiled_run.py checks)
-EMBEDS = {"blockpool.py": "81f4da5cbf6e20a7", "prefetch.py": "afd2a4c92fe0911c"}
+EMBEDS = {"blockpool.py": "0705dd6460f20454", "prefetch.py": "0a22742b3b5766d2"}
 
 if ENABLED:
     from numba import njit
@@ -335,8 +336,7 @@ def _allocate(rq, bt, slots, blk, fq, tab, meta, kn, ids, off, kbuf, kv, evbuf, 
         nev = _take(blk, fq, tab, meta, bt[s, at:at + new], evbuf)
         if host:
             for e in range(nev):
-                if evbuf[e] >= 0:  # prompt blocks: output blocks never reach host tiers
-                    _h_place_or_log(htab, hpage, hring, hmeta, hcap, evbuf[e])
+                _h_place_or_log(htab, hpage, hring, hmeta, hcap, evbuf[e])
     full_blocks = min(computed + n, tokens) // bs
     cu = rq[r, CU]
     if full_blocks > cu:
@@ -379,6 +379,12 @@ def _h_tid(hmeta, key):
 
 
 @_inline
+def _h_mask(htab):
+    """The trace block directory's slot mask (htab: its slots' pairs, blockpool._probe)."""
+    return (htab.shape[0] >> 1) - 1
+
+
+@_inline
 def _h_find(htab, hmeta, key, memo):
     """key's entry in hpage (-1: its trace block has no page); memo: H_MID or H_VID."""
     if key < 0:  # an output block's key: never in a host tier
@@ -387,7 +393,7 @@ def _h_find(htab, hmeta, key, memo):
     if hmeta[memo] == tid:
         pg = hmeta[memo + 1]
     else:
-        e, found = _probe(htab, 0, (htab.shape[0] >> 1) - 1, tid)
+        e, found = _probe(htab, 0, _h_mask(htab), tid)
         if not found:
             return -1
         pg = htab[e + 1]
@@ -403,7 +409,7 @@ def _h_entry(htab, hpage, hring, hmeta, key):
     if e >= 0:
         return e
     tid = _h_tid(hmeta, key)
-    s, _ = _probe(htab, 0, (htab.shape[0] >> 1) - 1, tid)
+    s, _ = _probe(htab, 0, _h_mask(htab), tid)
     nf = hmeta[H_NFREE] - 1
     hmeta[H_NFREE] = nf
     pg = hring[hmeta[H_FREE] + nf]
@@ -427,8 +433,8 @@ def _h_clear(htab, hpage, hring, hmeta, e):
     hring[hmeta[H_PCNT] + pg] = c
     if c == 0:
         tid = hring[hmeta[H_OWN] + pg]
-        s, _ = _probe(htab, 0, (htab.shape[0] >> 1) - 1, tid)
-        _unprobe(htab, 0, (htab.shape[0] >> 1) - 1, s)
+        s, _ = _probe(htab, 0, _h_mask(htab), tid)
+        _unprobe(htab, 0, _h_mask(htab), s)
         hring[hmeta[H_FREE] + hmeta[H_NFREE]] = pg
         hmeta[H_NFREE] += 1
         if hmeta[H_MID] == tid:
@@ -584,14 +590,17 @@ def _hq_drain(hmeta):
 
 @_inline
 def _h_place_or_log(htab, hpage, hring, hmeta, hcap, key):
-    if hmeta[H_QON]:
-        _hq_push(hring, hmeta, key)
-    else:
-        _h_place(htab, hpage, hring, hmeta, hcap, key)
+    """HostTiers.evicted for one key the pool evicted: placed now, or logged for the helper."""
+    if key >= 0:  # prompt blocks: output blocks never reach host tiers
+        if hmeta[H_QON]:
+            _hq_push(hring, hmeta, key)
+        else:
+            _h_place(htab, hpage, hring, hmeta, hcap, key)
 
 
 @_inline
 def _h_drop_or_log(htab, hpage, hring, hmeta, key):
+    """HostTiers.hashed for one key the pool hashed: dropped now, or logged for the helper."""
     if key >= 0:  # (an output key is in no tier)
         if hmeta[H_QON]:
             _hq_push(hring, hmeta, ~key)
@@ -965,8 +974,7 @@ def _stretch_back(rq, bt, slots, ist, w, na, seg, log, ne, htab, hring, hpage, h
     the host tiers (ne: log entries; 0 without host tiers)."""
     for e in range(ne):
         if log[0, e] == EVICTED:
-            if log[2, e] >= 0:
-                _h_place_or_log(htab, hpage, hring, hmeta, hcap, log[2, e])
+            _h_place_or_log(htab, hpage, hring, hmeta, hcap, log[2, e])
         else:
             _h_drop_or_log(htab, hpage, hring, hmeta, log[2, e])
     for q in range(na):
@@ -1241,8 +1249,8 @@ def unsupported(cfg, model, trace, knobs, *, host, logging: bool) -> str | None:
 
 def _pages_fit(trace, knobs) -> bool:
     """Whether each trace block's prompt keys fall on distinct entries of its host-tier or key-table page (offset
-    // block size): always when the block size divides the trace's block tokens, else when every trace block sits at one
-    place in the requests naming it (as kvlab's traces do: a trace block names everything before it too)."""
+    // block size): always when the block size divides the trace's block tokens, else when every trace block sits at
+    one place in the requests naming it (as kvlab's traces do: a trace block names everything before it too)."""
     tb, bs = trace.block_tokens, knobs.block_size
     if tb % bs == 0 or trace.block_ids is None or not len(trace.block_ids):
         return True
@@ -1336,8 +1344,7 @@ def host_state(hcap, block_tokens: int, block_size: int, trace_blocks: int):
     hmeta[H_BASE2] = size[0]
     hmeta[H_MASK1], hmeta[H_MASK2] = size[0] - 1, size[1] - 1
     hmeta[H_TB], hmeta[H_BS], hmeta[H_WSH] = block_tokens, block_size, width
-    hmeta[H_TSH], hmeta[H_BSH] = (int(v).bit_length() - 1 if v > 0 and v & (v - 1) == 0 else -1
-                                  for v in (block_tokens, block_size))
+    hmeta[H_TSH], hmeta[H_BSH] = shift_of(int(block_tokens)), shift_of(int(block_size))
     hmeta[H_OWN] = sum(size)
     hmeta[H_PCNT] = hmeta[H_OWN] + pages
     hmeta[H_FREE] = hmeta[H_PCNT] + pages

@@ -24,14 +24,17 @@ if ENABLED:
     from numba.core import cgutils
     from numba.core.extending import intrinsic, overload
 
+    def _ptr(context, builder, aryty, ary, i, ity):
+        """Pointer to ary[i] (1-D) or to row ary[i]'s first item (2-D), i unchecked."""
+        a = context.make_array(aryty)(context, builder, ary)
+        at = context.cast(builder, i, ity, types.intp)
+        inds = [at] + [context.get_constant(types.intp, 0)] * (aryty.ndim - 1)
+        return cgutils.get_item_pointer(context, builder, aryty, a, inds, wraparound=False)
+
     @intrinsic
     def _prefetch(typingctx, ary, i):
         def codegen(context, builder, sig, args):
-            aryty, ity = sig.args
-            a = context.make_array(aryty)(context, builder, args[0])
-            at = context.cast(builder, args[1], ity, types.intp)
-            inds = [at] + [context.get_constant(types.intp, 0)] * (aryty.ndim - 1)
-            ptr = cgutils.get_item_pointer(context, builder, aryty, a, inds, wraparound=False)
+            ptr = _ptr(context, builder, sig.args[0], args[0], args[1], sig.args[1])
             i32, i8p = ir.IntType(32), ir.IntType(8).as_pointer()
             fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
             fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
@@ -57,11 +60,6 @@ def store_release(ary, i, v):
 
 
 if ENABLED:
-    def _ptr(context, builder, aryty, ary, i, ity):
-        a = context.make_array(aryty)(context, builder, ary)
-        at = context.cast(builder, i, ity, types.intp)
-        return cgutils.get_item_pointer(context, builder, aryty, a, [at], wraparound=False)
-
     @intrinsic
     def _load_acquire(typingctx, ary, i):
         def codegen(context, builder, sig, args):
